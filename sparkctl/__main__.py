@@ -1,0 +1,3 @@
+from sparkctl.cli import main
+
+main()

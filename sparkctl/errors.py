@@ -1,0 +1,44 @@
+"""One error type and one exit-code table for every command.
+
+Exit codes (documented in the README, stable):
+  0  ok
+  1  an operation failed
+  2  bad input or usage; nothing was touched
+  3  the cluster is not healthy
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNHEALTHY = 3
+
+
+@dataclass
+class SparkctlError(Exception):
+    """An expected failure: a message for the admin, a hint on what to do, an exit code."""
+
+    message: str
+    hint: str | None = None
+    exit_code: int = EXIT_FAILED
+    details: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InputError(SparkctlError):
+    """Bad inventory, flags or files: exit 2, nothing contacted."""
+
+    def __init__(self, message: str, hint: str | None = None, details: list[str] | None = None):
+        super().__init__(message, hint, EXIT_USAGE, details or [])
+
+
+class UnhealthyError(SparkctlError):
+    """The cluster answered, but is not healthy: exit 3."""
+
+    def __init__(self, message: str, hint: str | None = None, details: list[str] | None = None):
+        super().__init__(message, hint, EXIT_UNHEALTHY, details or [])

@@ -1,0 +1,407 @@
+"""Serving profiles: the SGLang flags, environment, memory arithmetic and readiness gates of one
+published way to serve DeepSeek-V4.1-Flash on four Sparks, kept as YAML data next to this file.
+
+A profile holds only what does not depend on the site. Everything derived from the inventory
+(model path, node count and rank, rendezvous address, listen address and port, API key, network
+environment) is added by ``sparkctl.render`` and is refused here, so no fact lives in two places.
+
+Sites tune a profile with ``sparkctl_profile_overrides`` (same shape as the file): mappings merge
+per key (``args``, ``env``, ``memory``, ``gates``, ``simulator``), lists and scalars replace. In
+``args`` a value of ``false`` drops a flag; in ``env`` a value of ``null`` drops a variable.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import string
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sparkctl.errors import InputError
+
+GIB = 1024**3
+
+# Flags that sparkctl renders from the inventory; a profile that sets them is refused.
+CLUSTER_FLAGS: dict[str, str] = {
+    "--model-path": "from sparkctl_paths.model_dir",
+    "--model": "from sparkctl_paths.model_dir",
+    "--nnodes": "the number of hosts in the sparks group",
+    "--node-rank": "from sparkctl_rank of each host",
+    "--dist-init-addr": "the head's address and sparkctl_ports.dist_init",
+    "--nccl-init-addr": "the head's address and sparkctl_ports.dist_init",
+    "--host": "always 0.0.0.0, so every rank's /health is reachable",
+    "--port": "from sparkctl_ports.api",
+    "--api-key": "from sparkctl_secrets.api_key, in a 0600 file, never on the command line",
+    "--config": "the rank's 0600 secrets file",
+}
+
+# Environment variables that sparkctl renders per node from the inventory.
+CLUSTER_ENV: dict[str, str] = {
+    "SGLANG_HOST_IP": "each node's bootstrap address",
+    "HOST_IP": "each node's bootstrap address, as SGLANG_HOST_IP",
+    "NCCL_SOCKET_IFNAME": "from sparkctl_fabric.bootstrap_over and the fabric ports",
+    "GLOO_SOCKET_IFNAME": "from sparkctl_fabric.bootstrap_over and the fabric ports",
+    "NCCL_IB_HCA": "from the hca of every sparkctl_fabric_ports entry",
+    "NCCL_IB_TC": "from sparkctl_fabric.host_qos",
+    "B12X_ROCE_TRAFFIC_CLASS": "from sparkctl_fabric.host_qos",
+}
+
+# Placeholders allowed in string values of args and env; the renderer fills them per runtime
+# (container paths inside the container, host paths for venv and lab).
+PLACEHOLDERS = frozenset({"model_dir", "engram_dir", "cache_dir", "state_dir"})
+
+_FLAG_RE = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+ArgValue = bool | int | float | str | list[int | float | str] | dict[str, Any] | None
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Memory(_Strict):
+    """Per-rank memory arithmetic of GB10 unified memory (GiB unless the name says otherwise)."""
+
+    unified_gib: float = Field(gt=0, description="memory the OS sees per node (CPU and GPU share it)")
+    weights_gib_per_rank: float = Field(gt=0, description="resident weights per rank, draft included")
+    kv_bytes_per_token_rank: float = Field(1670.75, gt=0, description="KV bytes per token per rank")
+    prefill_transient_bytes_per_token2: float = Field(
+        14, gt=0, description="indexer transient: bytes x chunk x prefix"
+    )
+    outside_pool_limit_gib: float | None = Field(
+        None,
+        gt=0,
+        description="room for the prefill transient; null = unified - floor - weights - KV pin",
+    )
+    floor_gib: float = Field(2, ge=0, description="MemAvailable below this stops the ranks")
+    engram_packed_gib: float = Field(47.21, ge=0, description="packed Engram shards per rank on NVMe")
+    disk_margin_gib: float = Field(8, ge=0, description="free NVMe kept beyond checkpoint and shards")
+
+
+class LogMarker(_Strict):
+    """A line the rank logs during a good boot."""
+
+    pattern: str = Field(min_length=1, description="regular expression searched in the rank log")
+    ranks: Literal["head", "all"] = "all"
+    count: int | None = Field(None, ge=1, description="exact number of matches, null = at least one")
+    required: bool = True
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from exc
+        return v
+
+
+class Gates(_Strict):
+    """What `up` waits for before it calls the cluster ready."""
+
+    boot_timeout_s: int = Field(gt=0, description="deadline from first start to rank-0 ready")
+    health_timeout_s: int = Field(gt=0, description="per-request timeout of health probes")
+    log_markers: list[LogMarker] = Field(default_factory=list)
+    server_info_fields: list[str] = Field(
+        default_factory=list, description="/server_info keys that must equal the rendered flags"
+    )
+    qualify_on_up: bool = False
+
+
+class Needle(_Strict):
+    tokens: int = Field(gt=0)
+    seconds: float | None = Field(None, gt=0)
+    passed: bool = True
+
+
+class Published(_Strict):
+    """The figures the publisher measured with this profile (tok/s), for comparison only."""
+
+    source: str
+    date: str | None = None
+    coding: dict[int, float] = Field(default_factory=dict, description="concurrency -> tok/s")
+    prose: dict[int, float] = Field(default_factory=dict, description="concurrency -> tok/s")
+    needle: list[Needle] = Field(default_factory=list)
+    notes: str | None = None
+
+
+class Simulator(_Strict):
+    """Behaviour of the lab's rank simulator (the lab profile only)."""
+
+    boot_delay_s: float = Field(ge=0, description="seconds from start to ready")
+    token_rate: float = Field(gt=0, description="decode tokens per second per stream")
+    hold_mem_mib: int = Field(ge=0, description="memory each simulated rank holds while up")
+
+
+class Profile(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    description: str
+    args: dict[str, ArgValue]
+    env: dict[str, str] = Field(default_factory=dict)
+    memory: Memory
+    gates: Gates
+    published: Published | None = None
+    simulator: Simulator | None = None
+
+    @field_validator("args")
+    @classmethod
+    def _check_args(cls, args: dict[str, ArgValue]) -> dict[str, ArgValue]:
+        problems = []
+        for flag, value in args.items():
+            if not _FLAG_RE.match(flag):
+                problems.append(f"{flag}: not a long flag (--lower-case-words)")
+            elif flag in CLUSTER_FLAGS:
+                problems.append(f"{flag}: sparkctl renders it ({CLUSTER_FLAGS[flag]}); remove it")
+            elif value is False:
+                problems.append(f"{flag}: false only removes a flag in overrides")
+            else:
+                problems.extend(f"{flag}: {p}" for p in _placeholder_problems(value))
+        if problems:
+            raise ValueError("\n".join(problems))
+        return args
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_strings(cls, env: Any) -> Any:
+        if not isinstance(env, Mapping):
+            return env
+        out: dict[str, Any] = {}
+        problems = []
+        for key, value in env.items():
+            if not isinstance(key, str) or not _ENV_RE.match(key):
+                problems.append(f"{key}: not an environment variable name")
+            elif key in CLUSTER_ENV:
+                problems.append(f"{key}: sparkctl renders it ({CLUSTER_ENV[key]}); remove it")
+            elif isinstance(value, bool) or value is None or not isinstance(value, str | int | float):
+                problems.append(f"{key}: value must be a string (quote it)")
+            else:
+                out[key] = str(value)
+                problems.extend(f"{key}: {p}" for p in _placeholder_problems(out[key]))
+        if problems:
+            raise ValueError("\n".join(problems))
+        return out
+
+    @model_validator(mode="after")
+    def _check_required(self) -> Profile:
+        missing = [f for f in ("--tp-size", "--context-length", "--max-total-tokens",
+                               "--chunked-prefill-size", "--mem-fraction-static") if f not in self.args]
+        if missing:
+            raise ValueError(f"args must set {', '.join(missing)} (the memory checks need them)")
+        for field in self.gates.server_info_fields:
+            if _field_flag(field) not in self.args:
+                raise ValueError(f"gates.server_info_fields: {field} has no flag --{field.replace('_', '-')}"
+                                 " in args to compare with")
+        return self
+
+    # -- values the rest of sparkctl reads ---------------------------------------------------
+
+    def _int(self, flag: str, default: int | None = None) -> int:
+        value = self.args.get(flag, default)
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise InputError(f"profile {self.name}: {flag} must be a number, got {value!r}")
+        return int(value)
+
+    @property
+    def tp_size(self) -> int:
+        return self._int("--tp-size")
+
+    @property
+    def ep_size(self) -> int:
+        return self._int("--ep-size", 1)
+
+    @property
+    def context_length(self) -> int:
+        return self._int("--context-length")
+
+    @property
+    def max_total_tokens(self) -> int:
+        return self._int("--max-total-tokens")
+
+    @property
+    def chunk(self) -> int:
+        return self._int("--chunked-prefill-size")
+
+    @property
+    def max_running_requests(self) -> int | None:
+        return self._int("--max-running-requests") if "--max-running-requests" in self.args else None
+
+    @property
+    def served_model_name(self) -> str | None:
+        value = self.args.get("--served-model-name")
+        return str(value) if value is not None else None
+
+    @property
+    def mem_fraction_static(self) -> float:
+        value = self.args["--mem-fraction-static"]
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise InputError(f"profile {self.name}: --mem-fraction-static must be a number, got {value!r}")
+        return float(value)
+
+    # -- memory arithmetic (one place; `validate` reports these) -------------------------------
+
+    @property
+    def kv_pool_gib(self) -> float:
+        """KV pool pinned by --max-total-tokens, per rank."""
+        return self.max_total_tokens * self.memory.kv_bytes_per_token_rank / GIB
+
+    @property
+    def prefill_transient_gib(self) -> float:
+        """Peak indexer transient of one prefill chunk at the full context, per rank."""
+        return self.memory.prefill_transient_bytes_per_token2 * self.chunk * self.context_length / GIB
+
+    @property
+    def static_pool_gib(self) -> float:
+        """Memory SGLang may take for weights and KV (--mem-fraction-static of the total)."""
+        return self.memory.unified_gib * self.mem_fraction_static
+
+    @property
+    def transient_limit_gib(self) -> float:
+        """Room left for the prefill transient once weights, the KV pin and the floor are taken."""
+        if self.memory.outside_pool_limit_gib is not None:
+            return self.memory.outside_pool_limit_gib
+        m = self.memory
+        return m.unified_gib - m.floor_gib - m.weights_gib_per_rank - self.kv_pool_gib
+
+    def memory_problems(self) -> list[str]:
+        """Why this profile cannot fit a node, with the arithmetic; empty when it fits."""
+        m = self.memory
+        problems = []
+        need = m.weights_gib_per_rank + self.kv_pool_gib
+        if need > self.static_pool_gib:
+            problems.append(
+                f"KV pin does not fit: weights {m.weights_gib_per_rank:.2f} GiB + KV "
+                f"{self.max_total_tokens:,} tokens x {m.kv_bytes_per_token_rank} B = "
+                f"{self.kv_pool_gib:.2f} GiB "
+                f"= {need:.2f} GiB > static pool {m.unified_gib} GiB x {self.mem_fraction_static} = "
+                f"{self.static_pool_gib:.2f} GiB; lower --max-total-tokens to at most "
+                f"{self.max_kv_tokens():,}"
+            )
+        if self.prefill_transient_gib > self.transient_limit_gib:
+            problems.append(
+                f"prefill transient does not fit: {m.prefill_transient_bytes_per_token2:g} B x chunk "
+                f"{self.chunk:,} x context {self.context_length:,} = {self.prefill_transient_gib:.2f} GiB > "
+                f"{self.transient_limit_gib:.2f} GiB outside the pool; use --chunked-prefill-size "
+                f"{self.max_chunk()} or less, or a shorter --context-length"
+            )
+        return problems
+
+    def max_kv_tokens(self) -> int:
+        """Largest --max-total-tokens the static pool holds."""
+        room = (self.static_pool_gib - self.memory.weights_gib_per_rank) * GIB
+        return max(0, int(room // self.memory.kv_bytes_per_token_rank))
+
+    def max_chunk(self) -> int:
+        """Largest power-of-two chunk whose transient fits at the full context."""
+        per_chunk_token = self.memory.prefill_transient_bytes_per_token2 * self.context_length
+        limit = self.transient_limit_gib * GIB
+        if per_chunk_token > limit:
+            return 0
+        chunk = 1
+        while per_chunk_token * chunk * 2 <= limit:
+            chunk *= 2
+        return chunk
+
+    def expected_server_info(self) -> dict[str, Any]:
+        """The /server_info values the gates compare, taken from the rendered flags."""
+        return {f: self.args[_field_flag(f)] for f in self.gates.server_info_fields}
+
+
+def _field_flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _placeholder_problems(value: Any) -> list[str]:
+    if isinstance(value, list):
+        return [p for v in value for p in _placeholder_problems(v)]
+    if not isinstance(value, str):
+        return []
+    problems = []
+    for match in string.Template.pattern.finditer(value):
+        name = match.group("named") or match.group("braced")
+        if match.group("invalid") is not None:
+            problems.append(f"stray '$' in {value!r} (write $$ for a literal $)")
+        elif name is not None and name not in PLACEHOLDERS:
+            problems.append(f"unknown placeholder ${{{name}}} (known: {', '.join(sorted(PLACEHOLDERS))})")
+    return problems
+
+
+# -- loading -------------------------------------------------------------------------------------
+
+
+def list_profiles() -> list[str]:
+    """Names of the profiles shipped with sparkctl."""
+    root = resources.files(__name__)
+    return sorted(p.name[: -len(".yml")] for p in root.iterdir() if p.name.endswith(".yml"))
+
+
+def profile_text(name: str) -> str:
+    """The YAML text of a shipped profile (comments included)."""
+    if name not in list_profiles():
+        raise InputError(
+            f"unknown profile {name!r}",
+            hint=f"choose one of: {', '.join(list_profiles())} (`sparkctl profiles` lists them)",
+        )
+    return resources.files(__name__).joinpath(f"{name}.yml").read_text(encoding="utf-8")
+
+
+def _merge(base: dict[str, Any], overrides: Mapping[str, Any], where: str) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if key == "name":
+            raise InputError(f"{where}.name: the profile is chosen with sparkctl_profile, not overridden")
+        if key in ("args", "env", "memory", "gates", "simulator") and isinstance(value, Mapping):
+            current = merged.get(key)
+            section: dict[str, Any] = dict(current) if isinstance(current, Mapping) else {}
+            for k, v in value.items():
+                if (key == "args" and v is False) or (key == "env" and v is None):
+                    section.pop(k, None)
+                else:
+                    section[k] = copy.deepcopy(v)
+            merged[key] = section
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc if not (isinstance(p, str) and p.startswith(("function-", "union["))))
+
+
+def load_profile(name: str, overrides: Mapping[str, Any] | None = None, *,
+                 where: str = "sparkctl_profile_overrides") -> Profile:
+    """The named profile with site overrides merged in.
+
+    Raises InputError (exit 2) listing every problem, each naming its field path.
+    """
+    try:
+        data = yaml.safe_load(profile_text(name))
+    except yaml.YAMLError as exc:  # a shipped file is broken: still a clear message
+        raise InputError(f"profile {name}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InputError(f"profile {name}: the file is not a mapping")
+    if overrides:
+        if not isinstance(overrides, Mapping):
+            raise InputError(f"{where}: must be a mapping like {{args: {{...}}, env: {{...}}}}")
+        data = _merge(data, overrides, where)
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        prefix = where if overrides else f"profile {name}"
+        details = []
+        for e in exc.errors():
+            path = ".".join(filter(None, (prefix, _loc(e["loc"]))))
+            for line in e["msg"].removeprefix("Value error, ").splitlines():
+                key, sep, text = line.partition(": ")
+                keyed = sep and e["loc"] in (("args",), ("env",))
+                details.append(f"{path}.{key}: {text}" if keyed else f"{path}: {line}")
+        raise InputError(
+            f"profile {name}: {len(details)} problem(s) in the profile or its overrides",
+            hint=f"fix {where} in group_vars (same shape as `sparkctl profiles show {name}`)",
+            details=details,
+        ) from None

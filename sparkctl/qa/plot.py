@@ -1,0 +1,75 @@
+"""A PNG of the bench ladder: measured (median, min–max) beside the profile's published figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sparkctl.qa.bench import BenchReport, LevelResult
+
+MEASURED = "#2b6cb0"
+PUBLISHED = "#a0aec0"
+
+
+def plot_ladder(report: BenchReport, path: Path) -> Path:
+    """One panel per workload, grouped bars per concurrency; writes ``path`` (PNG) and returns it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(lvl.workload for lvl in report.levels))
+    if not names:
+        raise ValueError("nothing was measured")
+    fig, axes = plt.subplots(1, len(names), figsize=(6.2 * len(names), 4.8), squeeze=False)
+    where = "simulator" if report.simulator else "measured"
+    for ax, name in zip(axes[0], names, strict=True):
+        levels: list[LevelResult] = [lvl for lvl in report.levels if lvl.workload == name]
+        xs = list(range(len(levels)))
+        width = 0.38
+        med = [lvl.headline()["median"] for lvl in levels]
+        low = [m - lvl.headline()["min"] for m, lvl in zip(med, levels, strict=True)]
+        high = [lvl.headline()["max"] - m for m, lvl in zip(med, levels, strict=True)]
+        has_pub = any(lvl.published is not None for lvl in levels)
+        offset = width / 2 if has_pub else 0.0
+        bars = ax.bar(
+            [x - offset for x in xs],
+            med,
+            width,
+            yerr=[low, high],
+            capsize=4,
+            color=MEASURED,
+            label=f"{where} (median, min–max of {report.repeats})",
+        )
+        ax.bar_label(bars, labels=[f"{v:.1f}" for v in med], padding=3, fontsize=8)
+        if has_pub:
+            pub_vals = [lvl.published or 0.0 for lvl in levels]
+            pbars = ax.bar([x + offset for x in xs], pub_vals, width, color=PUBLISHED, label="published")
+            ax.bar_label(pbars, labels=[f"{v:.1f}" if v else "—" for v in pub_vals], padding=3, fontsize=8)
+        ax.set_xticks(
+            xs,
+            [
+                f"C{lvl.concurrency}\n{'decode/stream' if lvl.concurrency == 1 else 'aggregate'}"
+                for lvl in levels
+            ],
+        )
+        ax.set_ylabel("tokens / s")
+        ax.set_title(
+            f"{name} ({report.workloads[name].max_tokens} tokens)" if name in report.workloads else name
+        )
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+        ax.margins(y=0.15)
+        ax.legend(fontsize=8, loc="upper left")
+    title = f"sparkctl bench — {report.model}"
+    if report.profile:
+        title += f" · profile {report.profile}"
+    if report.simulator:
+        title += " · SIMULATOR (not real hardware)"
+    if not report.has_published:
+        title += "\nno published figures for this profile"
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,472 @@
+"""Cross-field checks: what no single field can know on its own.
+
+Each check reads the parts of the draft that validated and adds problems; none raises, none
+touches the network. The memory arithmetic itself lives on the profile (`Profile.memory_problems`,
+`kv_pool_gib`, ...); the disk budget, which needs the nodes, lives here.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from ipaddress import IPv4Network
+from pathlib import PurePosixPath
+
+from sparkctl.model.cluster import Checkpoint, Fabric, Mgmt, Paths, Ports, Runtime
+from sparkctl.model.loader import Draft
+from sparkctl.model.problems import Problems
+from sparkctl.model.types import MIN_FABRIC_MTU, image_is_pinned
+
+
+def _names(items: Iterable[str]) -> str:
+    return ", ".join(sorted(items))
+
+
+def check_topology(d: Draft, p: Problems) -> None:
+    count = len(d.spark_names)
+    if count == 0:
+        p.add("all.children.sparks.hosts", "no nodes", "list each Spark (one SGLang rank per node)")
+        return
+    # Ranks: exactly 0..N-1, each once, over every host whose rank validated.
+    by_rank: dict[int, list[str]] = defaultdict(list)
+    for name, rank in d.ranks.items():
+        by_rank[rank].append(name)
+    for rank, names in sorted(by_rank.items()):
+        if len(names) > 1:
+            what = "rank 0 (the head) is" if rank == 0 else f"rank {rank} is"
+            p.add(
+                f"sparks.{sorted(names)[1]}.sparkctl_rank",
+                f"{what} given to {len(names)} nodes ({_names(names)})",
+                f"number the nodes 0..{count - 1}, each rank once; rank 0 is the head",
+            )
+    for name, rank in d.ranks.items():
+        if rank >= count:
+            p.add(
+                f"sparks.{name}.sparkctl_rank",
+                f"rank {rank} with only {count} nodes",
+                f"number the nodes 0..{count - 1}",
+            )
+    if len(d.ranks) == count:
+        missing = sorted(set(range(count)) - set(by_rank))
+        if missing:
+            p.add(
+                "sparks.*.sparkctl_rank",
+                f"no node has rank {', '.join(map(str, missing))}",
+                f"number the nodes 0..{count - 1}; rank 0 is the head",
+            )
+    # Node count against the profile's parallelism (one GPU, so one rank, per node).
+    prof = d.profile
+    if prof is None:
+        return
+    tp = prof.tp_size
+    pp = int(prof.args.get("--pp-size", 1) or 1)
+    flag_path = (
+        "sparkctl_profile_overrides.args.--tp-size"
+        if _overridden(d, "--tp-size")
+        else f"sparkctl_profile ({prof.name}).args.--tp-size"
+    )
+    if count % tp:
+        p.add(
+            "all.children.sparks.hosts",
+            f"{count} nodes is not a multiple of --tp-size {tp} ({flag_path})",
+            f"list {tp * max(1, round(count / tp))} Sparks, "
+            f"or choose a profile whose --tp-size divides {count}",
+        )
+    elif count != tp * pp:
+        p.add(
+            "all.children.sparks.hosts",
+            f"{count} nodes but --tp-size {tp} x --pp-size {pp} = {tp * pp} ranks (one rank per node)",
+            f"list {tp * pp} Sparks or set --pp-size {count // tp} in sparkctl_profile_overrides",
+        )
+
+
+def _overridden(d: Draft, flag: str) -> bool:
+    overrides = d.get("sparkctl_profile_overrides") or {}
+    args = overrides.get("args") if isinstance(overrides, dict) else None
+    return isinstance(args, dict) and flag in args
+
+
+def check_addresses(d: Draft, p: Problems) -> None:
+    mgmt: Mgmt | None = d.get("sparkctl_mgmt")
+    fabric: Fabric | None = d.get("sparkctl_fabric")
+    # Unique management addresses (switch included).
+    owners: dict[str, list[str]] = defaultdict(list)
+    for n in d.nodes:
+        owners[str(n.mgmt_ip)].append(f"sparks.{n.name}")
+    if d.switch is not None:
+        owners[d.switch.host].append(f"switches.{d.switch.name}")
+    for ip, paths in owners.items():
+        if len(paths) > 1:
+            p.add(
+                f"{paths[1]}.ansible_host",
+                f"{ip} is also the address of {paths[0]}",
+                "give every host its own management address",
+            )
+    # Unique fabric addresses.
+    seen: dict[str, str] = {}
+    for n in d.nodes:
+        for i, port in enumerate(n.fabric_ports):
+            where = f"sparks.{n.name}.sparkctl_fabric_ports[{i}].address"
+            key = str(port.ip)
+            if key in seen:
+                p.add(
+                    where, f"{key} is already used by {seen[key]}", "give every fabric port its own address"
+                )
+            else:
+                seen[key] = where
+            if mgmt is not None and n.mgmt_ip == port.ip:
+                p.add(where, f"{key} is the node's management address", "use an address in a fabric subnet")
+    if fabric is None:
+        return
+    subnets = fabric.subnets
+    text = ", ".join(map(str, subnets))
+    for i, a in enumerate(subnets):
+        for b in subnets[i + 1 :]:
+            if a.overlaps(b):
+                p.add(
+                    f"sparkctl_fabric.subnets[{i}]", f"{a} overlaps {b}", "give each PCIe half its own subnet"
+                )
+    if mgmt is not None:
+        for i, net in enumerate(subnets):
+            if net.overlaps(mgmt.subnet):
+                p.add(
+                    f"sparkctl_fabric.subnets[{i}]",
+                    f"{net} overlaps the management subnet {mgmt.subnet}",
+                    "put the fabric on its own private subnets (e.g. 10.77.0.0/24)",
+                )
+        for n in d.nodes:
+            for net in subnets:
+                if n.mgmt_ip in net:
+                    p.add(
+                        f"sparks.{n.name}.ansible_host",
+                        f"{n.mgmt_ip} is inside fabric subnet {net}",
+                        "use the node's management address; the fabric carries only model traffic",
+                    )
+    for n in d.nodes:
+        used: dict[IPv4Network, int] = {}
+        for i, port in enumerate(n.fabric_ports):
+            where = f"sparks.{n.name}.sparkctl_fabric_ports[{i}].address"
+            home = next((s for s in subnets if port.ip in s), None)
+            if home is None:
+                p.add(
+                    where,
+                    f"{port.ip} is outside the fabric subnets {text}",
+                    "use an address inside one of them",
+                )
+                continue
+            if port.address.network != home:
+                p.add(
+                    where,
+                    f"prefix /{port.address.network.prefixlen} differs from its subnet {home}",
+                    f"write {port.ip}/{home.prefixlen}",
+                )
+            elif port.ip in (home.network_address, home.broadcast_address):
+                p.add(
+                    where, f"{port.ip} is the network or broadcast address of {home}", "pick a host address"
+                )
+            if home in used:
+                p.add(
+                    where,
+                    f"in the same subnet {home} as port [{used[home]}]",
+                    "put each PCIe half in its own subnet (one per half in sparkctl_fabric.subnets)",
+                )
+            else:
+                used[home] = i
+
+
+def check_pcie_halves(d: Draft, p: Problems) -> None:
+    for n in d.nodes:
+        where = f"sparks.{n.name}.sparkctl_fabric_ports"
+        if len(n.fabric_ports) < 2:
+            p.add(
+                where,
+                f"{len(n.fabric_ports)} port listed, the ConnectX-7 port has two PCIe halves",
+                "list both halves (e.g. enp1s0f0np0/rocep1s0f0 and enP2p1s0f0np0/roceP2p1s0f0)",
+            )
+        for attr, what in (("netdev", "interface"), ("hca", "RDMA device")):
+            first: dict[str, int] = {}
+            for i, port in enumerate(n.fabric_ports):
+                value = getattr(port, attr)
+                if value in first:
+                    p.add(
+                        f"{where}[{i}].{attr}",
+                        f"{value} is already port [{first[value]}]'s {what}",
+                        f"each PCIe half has its own {what}; check `ibdev2netdev` on {n.name}",
+                    )
+                else:
+                    first[value] = i
+
+
+def check_mtu(d: Draft, p: Problems) -> None:
+    fabric: Fabric | None = d.get("sparkctl_fabric")
+    if fabric is not None and fabric.mtu < MIN_FABRIC_MTU:
+        p.add(
+            "sparkctl_fabric.mtu",
+            f"{fabric.mtu} is below {MIN_FABRIC_MTU}",
+            f"set {MIN_FABRIC_MTU} (RoCE needs jumbo frames end to end)",
+        )
+    sw = d.switch
+    if sw is None:
+        return
+    if fabric is not None and sw.mtu <= fabric.mtu:
+        p.add(
+            f"switches.{sw.name}.sparkctl_switch_mtu",
+            f"{sw.mtu} is not above the host fabric MTU {fabric.mtu}",
+            f"set the switch MTU above the hosts' (e.g. {max(9216, fabric.mtu + 216)}) "
+            "to leave room for headers",
+        )
+    if sw.l2mtu is not None and sw.l2mtu < sw.mtu:
+        p.add(
+            f"switches.{sw.name}.sparkctl_switch_l2mtu",
+            f"{sw.l2mtu} is below the switch MTU {sw.mtu}",
+            "set l2mtu at least as large as the MTU",
+        )
+
+
+def check_ports(d: Draft, p: Problems) -> None:
+    ports: Ports | None = d.get("sparkctl_ports")
+    if ports is None:
+        return
+    first: dict[int, str] = {}
+    for name in Ports.model_fields:
+        value = getattr(ports, name)
+        if value in first:
+            p.add(
+                f"sparkctl_ports.{name}",
+                f"{value} is also sparkctl_ports.{first[value]}",
+                "give each service its own port",
+            )
+        else:
+            first[value] = name
+
+
+def _inside(child: PurePosixPath, parent: PurePosixPath) -> bool:
+    return child == parent or parent in child.parents
+
+
+def check_paths(d: Draft, p: Problems) -> None:
+    paths: Paths | None = d.get("sparkctl_paths")
+    if paths is None:
+        return
+    for name in ("model_dir", "engram_dir"):
+        value: PurePosixPath = getattr(paths, name)
+        if not _inside(value, paths.nvme_mount) or value == paths.nvme_mount:
+            p.add(
+                f"sparkctl_paths.{name}",
+                f"{value} is not inside nvme_mount {paths.nvme_mount}",
+                "keep the checkpoint and the Engram shards on the NVMe filesystem (or fix nvme_mount)",
+            )
+    named = [(n, getattr(paths, n)) for n in ("model_dir", "engram_dir", "run_dir")]
+    for i, (a, pa) in enumerate(named):
+        for b, pb in named[i + 1 :]:
+            if _inside(pa, pb) or _inside(pb, pa):
+                p.add(
+                    f"sparkctl_paths.{b}",
+                    f"{pb} overlaps sparkctl_paths.{a} {pa}",
+                    "give the checkpoint, the Engram shards and the run state separate directories",
+                )
+
+
+def check_runtime(d: Draft, p: Problems) -> None:
+    rt: Runtime | None = d.get("sparkctl_runtime")
+    if rt is None:
+        return
+    if rt.kind == "container":
+        if not rt.image:
+            p.add(
+                "sparkctl_runtime.image",
+                "missing for kind container",
+                "set the SGLang image pinned by digest (name@sha256:<64 hex>)",
+            )
+        elif "@sha256:" in rt.image and not image_is_pinned(rt.image):
+            digest = rt.image.split("@sha256:", 1)[1]
+            p.add(
+                "sparkctl_runtime.image",
+                f"the digest has {len(digest)} characters, not 64 lowercase hex",
+                "copy the full digest from `docker buildx imagetools inspect <image>`",
+            )
+        elif not image_is_pinned(rt.image) and not rt.allow_mutable_tag:
+            p.add(
+                "sparkctl_runtime.image",
+                f"{rt.image!r} is not pinned by digest",
+                "write name@sha256:<64 hex> (`docker inspect --format '{{.RepoDigests}}'`); "
+                "a tag can move under you (allow_mutable_tag: true overrides)",
+            )
+    elif rt.kind == "venv" and rt.venv_path is None:
+        p.add("sparkctl_runtime.venv_path", "missing for kind venv", "set the virtualenv path on the nodes")
+    prof = d.profile
+    if prof is None:
+        return
+    if rt.kind == "lab" and prof.simulator is None:
+        p.add(
+            "sparkctl_profile",
+            f"runtime kind lab needs a simulator profile, {prof.name} has none",
+            "use the lab profile in the lab, or a real runtime (container, venv) on Sparks",
+        )
+    if rt.kind != "lab" and prof.simulator is not None:
+        p.add(
+            "sparkctl_runtime.kind",
+            f"{rt.kind} cannot serve the simulator profile {prof.name}",
+            "use kind lab for the lab profile, or a real profile (r4-nvme, m1-1m)",
+        )
+
+
+def check_checkpoint(d: Draft, p: Problems) -> None:
+    ck: Checkpoint | None = d.get("sparkctl_checkpoint")
+    if ck is None:
+        return
+    if ck.source == "hf":
+        if ck.repo is None:
+            p.add("sparkctl_checkpoint.repo", "missing for source hf", "set the owner/name of the repository")
+        if ck.revision is None:
+            p.add("sparkctl_checkpoint.revision", "missing for source hf", "pin the full 40-hex commit")
+        if ck.path is not None or ck.on is not None:
+            p.add(
+                "sparkctl_checkpoint.path" if ck.path is not None else "sparkctl_checkpoint.on",
+                "only used with source dir",
+                "remove it (hf checkpoints land in sparkctl_paths.model_dir)",
+            )
+    else:
+        if ck.path is None:
+            p.add(
+                "sparkctl_checkpoint.path", "missing for source dir", "set the directory holding config.json"
+            )
+        if ck.on is None:
+            p.add(
+                "sparkctl_checkpoint.on",
+                "missing for source dir",
+                "say where that directory is: controller or head",
+            )
+
+
+def check_switch(d: Draft, p: Problems) -> None:
+    if len(d.switch_names) > 1:
+        p.add(
+            "all.children.switches.hosts",
+            f"{len(d.switch_names)} switches ({_names(d.switch_names)})",
+            "list zero or one switch; all Sparks hang off one RoCE switch",
+        )
+    sw = d.switch
+    if sw is None:
+        return
+    where = f"switches.{sw.name}.sparkctl_switch_ports"
+    by_name = {n.name: n for n in d.nodes}
+    for stray in sorted(set(sw.ports) - set(d.spark_names)):
+        p.add(f"{where}.{stray}", f"no node named {stray}", "map only the hosts of the sparks group")
+    taken: dict[str, str] = {}
+    for name in d.spark_names:
+        mapping = sw.ports.get(name)
+        if mapping is None:
+            p.add(
+                f"{where}.{name}",
+                "missing: the node has no switch port",
+                "add the switch port each of its fabric netdevs is cabled to",
+            )
+            continue
+        node = by_name.get(name)
+        if node is not None:
+            netdevs = [port.netdev for port in node.fabric_ports]
+            for netdev in netdevs:
+                if netdev not in mapping:
+                    p.add(
+                        f"{where}.{name}.{netdev}", "missing", "add the switch port this netdev is cabled to"
+                    )
+            for netdev in mapping:
+                if netdev not in netdevs:
+                    p.add(
+                        f"{where}.{name}.{netdev}",
+                        f"{netdev} is not one of {name}'s fabric netdevs",
+                        f"use {', '.join(netdevs)}",
+                    )
+        for port in sorted(set(mapping.values())):
+            if port in taken and taken[port] != name:
+                p.add(
+                    f"{where}.{name}",
+                    f"switch port {port} is already cabled to {taken[port]}",
+                    "each node has its own switch port",
+                )
+            taken.setdefault(port, name)
+
+
+def check_ssh(d: Draft, p: Problems) -> None:
+    args = d.ansible.get("ansible_ssh_common_args") or ""
+    lowered = args.replace(" ", "").lower()
+    if "stricthostkeychecking=no" in lowered or "userknownhostsfile=/dev/null" in lowered:
+        p.add(
+            "all.vars.ansible_ssh_common_args",
+            "turns host key checking off",
+            "keep StrictHostKeyChecking=yes with a known_hosts file (`sparkctl` never skips it)",
+        )
+
+
+def check_memory(d: Draft, p: Problems, warnings: list[str]) -> None:
+    prof = d.profile
+    if prof is None:
+        return
+    for text in prof.memory_problems():
+        if text.startswith("KV pin"):
+            flags = ("--max-total-tokens", "--mem-fraction-static")
+        else:
+            flags = ("--chunked-prefill-size", "--context-length")
+        flag = next((f for f in flags if _overridden(d, f)), None)
+        path = (
+            f"sparkctl_profile_overrides.args.{flag}"
+            if flag
+            else f"sparkctl_profile ({prof.name}).args.{flags[0]}"
+        )
+        what, _, todo = text.rpartition("; ")
+        p.add(path, what or text, todo or "lower it")
+    # The publisher's rule of thumb: the transient should fit what --mem-fraction-static leaves
+    # outside the static pool. Exceeding it is allowed when the pin leaves room (memory_problems
+    # says whether it does), but it is worth knowing before sending a full-context prompt.
+    outside = prof.memory.unified_gib - prof.static_pool_gib
+    if outside < prof.prefill_transient_gib <= prof.transient_limit_gib:
+        warnings.append(
+            f"prefill transient at full context {prof.memory.prefill_transient_bytes_per_token2:g} B x "
+            f"{prof.chunk:,} x {prof.context_length:,} = {prof.prefill_transient_gib:.2f} GiB exceeds the "
+            f"{outside:.2f} GiB outside the static pool ({prof.memory.unified_gib} GiB x "
+            f"(1 - {prof.mem_fraction_static})); it fits only because the KV pin leaves "
+            f"{prof.transient_limit_gib:.2f} GiB free — keep the pin, or lower --chunked-prefill-size"
+        )
+
+
+def check_disk(d: Draft, p: Problems) -> None:
+    ck: Checkpoint | None = d.get("sparkctl_checkpoint")
+    prof = d.profile
+    if ck is None or prof is None or ck.size_gib is None:
+        return
+    m = prof.memory
+    need = ck.size_gib + m.engram_packed_gib + m.disk_margin_gib
+    for n in d.nodes:
+        if n.nvme_gib is not None and need > n.nvme_gib:
+            p.add(
+                f"sparks.{n.name}.sparkctl_nvme_gib",
+                f"{n.nvme_gib:g} GiB < checkpoint {ck.size_gib:g} + packed Engram {m.engram_packed_gib:g} "
+                f"+ margin {m.disk_margin_gib:g} = {need:.2f} GiB",
+                "free space on the NVMe filesystem, "
+                "or correct sparkctl_nvme_gib / sparkctl_checkpoint.size_gib",
+            )
+
+
+CHECKS: list[Callable[[Draft, Problems], None]] = [
+    check_topology,
+    check_addresses,
+    check_pcie_halves,
+    check_mtu,
+    check_ports,
+    check_paths,
+    check_runtime,
+    check_checkpoint,
+    check_switch,
+    check_ssh,
+    check_disk,
+]
+
+
+def run_checks(d: Draft, p: Problems) -> list[str]:
+    """Run every cross-field check; returns warnings (facts that do not block)."""
+    warnings: list[str] = []
+    for check in CHECKS:
+        check(d, p)
+    check_memory(d, p, warnings)
+    return warnings

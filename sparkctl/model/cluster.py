@@ -1,0 +1,227 @@
+"""The typed cluster: what one inventory directory describes, after validation.
+
+The field names of the sections below are the keys of the inventory (``sparkctl_runtime.kind``
+and so on), so an error path in ``validate`` is also where to look in the YAML.
+"""
+
+from __future__ import annotations
+
+import os
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictStr, model_validator
+
+from sparkctl.errors import InputError
+from sparkctl.model.problems import FieldError
+from sparkctl.model.types import (
+    AbsPath,
+    Commit,
+    EnvName,
+    Gib,
+    Hca,
+    HfRepo,
+    HostName,
+    Mtu,
+    Netdev,
+    Port,
+    Rank,
+    ShortName,
+)
+
+RuntimeKind = Literal["container", "venv", "lab"]
+SwitchType = Literal["routeros", "nvue", "linux"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class Runtime(_Section):
+    """How a rank runs on a node (``sparkctl_runtime``)."""
+
+    kind: RuntimeKind
+    image: StrictStr | None = None
+    allow_mutable_tag: StrictBool = False
+    venv_path: AbsPath | None = None
+
+
+class Mgmt(_Section):
+    """The management network (``sparkctl_mgmt``)."""
+
+    subnet: IPv4Network
+    interface: Netdev
+
+
+class Fabric(_Section):
+    """The RoCE fabric (``sparkctl_fabric``)."""
+
+    subnets: list[IPv4Network] = Field(min_length=1)
+    mtu: Mtu
+    host_qos: StrictBool = True
+    bootstrap_over: Literal["fabric", "mgmt"] = "fabric"
+    stage_over_fabric: StrictBool = True
+
+
+class Ports(_Section):
+    """TCP ports (``sparkctl_ports``)."""
+
+    dist_init: Port
+    api: Port
+    nccl_test: Port
+
+
+class Paths(_Section):
+    """Paths on the nodes (``sparkctl_paths``)."""
+
+    model_dir: AbsPath
+    engram_dir: AbsPath
+    run_dir: AbsPath
+    nvme_mount: AbsPath
+
+
+class Checkpoint(_Section):
+    """The checkpoint and where it comes from (``sparkctl_checkpoint``)."""
+
+    source: Literal["hf", "dir"]
+    repo: HfRepo | None = None
+    revision: Commit | None = None
+    path: AbsPath | None = None
+    on: Literal["controller", "head"] | None = None
+    size_gib: Gib | None = None
+
+
+class SecretRef(_Section):
+    """A secret by reference: an environment variable or a file on the controller, never a value."""
+
+    env: EnvName | None = None
+    file: StrictStr | None = None
+    _base: Path = PrivateAttr(default_factory=Path.cwd)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> SecretRef:
+        if (self.env is None) == (self.file is None):
+            given = "both env and file" if self.env is not None else "neither env nor file"
+            raise FieldError(f"{given} given", "give exactly one: {env: VAR} or {file: /path/to/secret}")
+        return self
+
+    def with_base(self, base: Path) -> SecretRef:
+        """Relative ``file`` references are resolved against the inventory directory."""
+        self._base = base
+        return self
+
+    def describe(self) -> str:
+        return f"env:{self.env}" if self.env is not None else f"file:{self.file}"
+
+    def resolve(self) -> str:
+        """The secret's value, read now on the controller. Never logged, never rendered."""
+        if self.env is not None:
+            value = os.environ.get(self.env)
+            if not value:
+                raise InputError(
+                    f"secret environment variable {self.env} is not set",
+                    hint=f"export {self.env}=... before running sparkctl",
+                )
+            return value
+        assert self.file is not None
+        path = Path(self.file).expanduser()
+        if not path.is_absolute():
+            path = self._base / path
+        try:
+            value = path.read_text().strip()
+        except OSError as exc:
+            raise InputError(
+                f"secret file {path} cannot be read: {exc.strerror}", hint="create it (mode 0600)"
+            ) from exc
+        if not value:
+            raise InputError(f"secret file {path} is empty", hint="write the secret into it")
+        return value
+
+
+class FabricPort(_Section):
+    """One PCIe half of the cabled ConnectX-7 port."""
+
+    netdev: Netdev
+    hca: Hca
+    address: IPv4Interface
+
+    @property
+    def ip(self) -> IPv4Address:
+        return self.address.ip
+
+
+class Node(_Section):
+    """One DGX Spark: one SGLang rank."""
+
+    name: ShortName
+    rank: Rank
+    mgmt_ip: IPv4Address
+    fabric_ports: list[FabricPort] = Field(min_length=1)
+    nvme_gib: Gib | None = None
+    hostvars: dict[str, Any] = Field(default_factory=dict)  # the node's ansible_* keys, as written
+
+    @property
+    def fabric_ip(self) -> IPv4Address:
+        return self.fabric_ports[0].ip
+
+    @property
+    def is_head(self) -> bool:
+        return self.rank == 0
+
+
+class Switch(_Section):
+    """The RoCE switch, when there is one."""
+
+    name: StrictStr
+    host: HostName
+    type: SwitchType
+    mtu: Mtu
+    l2mtu: Mtu | None = None
+    ports: dict[StrictStr, dict[StrictStr, StrictStr]] = Field(default_factory=dict)
+    hostvars: dict[str, Any] = Field(default_factory=dict)
+
+
+class Cluster(BaseModel):
+    """One site: four Sparks, their fabric, the switch and the serving profile."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    name: ShortName
+    inventory_dir: Path
+    profile: Any  # sparkctl.profiles.Profile, resolved with the site's overrides
+    nodes: list[Node]
+    runtime: Runtime
+    mgmt: Mgmt
+    fabric: Fabric
+    ports: Ports
+    api_allow: list[IPv4Network]
+    paths: Paths
+    checkpoint: Checkpoint
+    secrets: dict[str, SecretRef]
+    switch: Switch | None
+    ssh_user: str
+    known_hosts: Path | None = None
+    warnings: list[str] = Field(default_factory=list)  # facts worth knowing that do not block
+
+    @property
+    def head(self) -> Node:
+        return next(n for n in self.nodes if n.rank == 0)
+
+    @property
+    def workers(self) -> list[Node]:
+        return [n for n in self.nodes if n.rank != 0]
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        names = ", ".join(n.name for n in self.nodes)
+        raise InputError(f"no node named {name!r} in {self.inventory_dir}", hint=f"use one of {names}")
+
+    @property
+    def bootstrap_ips(self) -> dict[str, IPv4Address]:
+        """Per node, the address NCCL/Gloo bootstrap and --dist-init-addr use."""
+        if self.fabric.bootstrap_over == "fabric":
+            return {n.name: n.fabric_ip for n in self.nodes}
+        return {n.name: n.mgmt_ip for n in self.nodes}

@@ -1,0 +1,201 @@
+"""`sparkctl qualify` and `sparkctl bench`: is the served model right, and how fast is it."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from sparkctl import ui
+from sparkctl.errors import EXIT_FAILED, EXIT_OK
+
+if TYPE_CHECKING:
+    from sparkctl.model.cluster import Cluster
+    from sparkctl.qa.bench import BenchReport
+    from sparkctl.qa.qualify import CheckResult, QualifyReport
+
+
+class SuiteName(StrEnum):
+    quick = "quick"
+    full = "full"
+
+
+class WorkloadName(StrEnum):
+    coding = "coding"
+    prose = "prose"
+    both = "both"
+
+
+def _load(ctx: typer.Context) -> Cluster:
+    from sparkctl.model import load_inventory
+
+    return load_inventory(ctx.obj.inventory_dir())
+
+
+# -------------------------------------------------------------------------------------------- qualify
+def qualify_table(report: QualifyReport) -> Table:
+    where = " · [bold yellow]simulator[/bold yellow]" if report.simulator else ""
+    table = Table(
+        title=f"qualify ({report.suite}) — {report.model} at {report.endpoint}{where}", title_justify="left"
+    )
+    table.add_column("check")
+    table.add_column("", justify="center")
+    table.add_column("time", justify="right")
+    table.add_column("detail", overflow="fold")
+    for c in report.checks:
+        table.add_row(c.title, ui.OK if c.passed else ui.FAIL, f"{c.seconds:.1f}s", c.detail)
+    return table
+
+
+def qualify(
+    ctx: typer.Context,
+    suite: Annotated[
+        SuiteName,
+        typer.Option("--suite", help="quick: plain, arithmetic, json, determinism; full: every check."),
+    ] = SuiteName.quick,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable report on stdout.")] = False,
+    results: Annotated[
+        Path,
+        typer.Option(
+            "--results", help="Parent directory of the evidence (qualify-<timestamp>/ is made in it)."
+        ),
+    ] = Path("results"),
+) -> None:
+    """Check that rank 0 answers right: text, arithmetic at C8, images, JSON, tools, needle, determinism."""
+    from sparkctl.qa.qualify import run_qualify
+
+    as_json = json_out or ctx.obj.json
+    cluster = _load(ctx)
+
+    if as_json:
+        report = run_qualify(cluster, suite.value, results)
+    else:
+        with ui.console.status("qualify: connecting …") as status:
+
+            def progress(name: str, result: CheckResult | None) -> None:
+                if result is None:
+                    status.update(f"qualify: {name} …")
+                else:
+                    mark = ui.OK if result.passed else ui.FAIL
+                    ui.console.print(f"{mark} {result.title} [dim]({result.seconds:.1f}s)[/dim]")
+
+            report = run_qualify(cluster, suite.value, results, on_progress=progress)
+    if as_json:
+        ui.print_json(report.to_dict())
+    else:
+        ui.console.print(qualify_table(report))
+        ui.console.print(f"evidence: {report.results_dir}")
+        if report.passed:
+            where = " on the simulator" if report.simulator else ""
+            ui.console.print(f"{ui.OK} all {len(report.checks)} checks passed{where}")
+        else:
+            ui.console.print(f"{ui.FAIL} failed: {', '.join(report.failed)}")
+    raise typer.Exit(EXIT_OK if report.passed else EXIT_FAILED)
+
+
+# ---------------------------------------------------------------------------------------------- bench
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def bench_table(report: BenchReport) -> Table:
+    measured = "simulator" if report.simulator else "measured"
+    title = f"bench — {report.model}"
+    if report.profile:
+        title += f" vs profile {report.profile}"
+    if report.simulator:
+        title += " · [bold yellow]simulator[/bold yellow]"
+    table = Table(title=title, title_justify="left")
+    for name, justify in (
+        ("workload", "left"),
+        ("C", "right"),
+        ("metric", "left"),
+        (f"{measured} tok/s (median)", "right"),
+        ("min–max", "right"),
+        ("published", "right"),
+        ("ratio", "right"),
+        ("TTFT p50/p90/p99 s", "right"),
+        ("e2e p50/p90/p99 s", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for lvl in report.levels:
+        data = lvl.to_dict()
+        head = data["headline_tps"]
+        ratio = data["ratio_to_published"]
+        ttft, e2e = data["ttft_s"], data["e2e_s"]
+        table.add_row(
+            lvl.workload,
+            str(lvl.concurrency),
+            lvl.metric,
+            _fmt(head["median"]),
+            f"{_fmt(head['min'])}–{_fmt(head['max'])}",
+            _fmt(lvl.published),
+            f"{ratio:.2f}×" if ratio is not None else "—",
+            "/".join(_fmt(ttft[k], 3) for k in ("p50", "p90", "p99")) if ttft else "—",
+            "/".join(_fmt(e2e[k], 2) for k in ("p50", "p90", "p99")) if e2e else "—",
+        )
+    if report.has_published:
+        table.caption = f"published: {report.published_source}"
+    else:
+        table.caption = f"profile {report.profile or '?'} publishes no figures; compared to nothing"
+    if report.simulator:
+        table.caption += " · figures from the rank simulator, not from hardware"
+    return table
+
+
+def bench(
+    ctx: typer.Context,
+    concurrency: Annotated[str, typer.Option("--concurrency", help="Comma-separated levels.")] = "1,4,8",
+    workload: Annotated[
+        WorkloadName, typer.Option("--workload", help="Prompt set(s) to run.")
+    ] = WorkloadName.both,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Measured batches per level.")] = 3,
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Write the ladder plot here (default: <results>/ladder.png)."),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable results on stdout.")] = False,
+    results: Annotated[
+        Path,
+        typer.Option("--results", help="Parent directory of the results (bench-<timestamp>/ is made in it)."),
+    ] = Path("results"),
+    warmup: Annotated[
+        bool, typer.Option("--warmup/--no-warmup", help="Run a discarded warm-up batch per level.")
+    ] = True,
+) -> None:
+    """Measure the concurrency ladder (C1 decode per stream, C>1 aggregate) against the published figures."""
+    from sparkctl.qa.bench import bench_cluster, parse_concurrency, parse_workloads, write_report
+    from sparkctl.qa.plot import plot_ladder
+    from sparkctl.qa.qualify import new_results_dir
+
+    as_json = json_out or ctx.obj.json
+    levels = parse_concurrency(concurrency)
+    names = parse_workloads(workload.value)
+    cluster = _load(ctx)
+    options = {"workloads": names, "concurrency": levels, "repeats": repeats, "warmup": warmup}
+    if as_json:
+        report = bench_cluster(cluster, **options)
+    else:
+        with ui.console.status("bench: connecting …") as status:
+            report = bench_cluster(
+                cluster, on_progress=lambda what: status.update(f"bench: {what} …"), **options
+            )
+    out_dir = new_results_dir(results, "bench")
+    json_path = write_report(report, out_dir)
+    plot_path = plot_ladder(report, plot or out_dir / "ladder.png")
+    if as_json:
+        ui.print_json({**report.to_dict(), "results_json": str(json_path), "plot": str(plot_path)})
+    else:
+        ui.console.print(bench_table(report))
+        ui.console.print(f"results: {json_path}\nplot:    {plot_path}")
+        for err in report.errors[:5]:
+            ui.console.print(f"{ui.FAIL} request failed: {err}")
+    raise typer.Exit(EXIT_FAILED if report.errors else EXIT_OK)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("qualify")(qualify)
+    app.command("bench")(bench)

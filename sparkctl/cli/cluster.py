@@ -1,0 +1,123 @@
+"""Commands about the site as described: `sparkctl validate` (and, alongside it, plan/profiles).
+
+Nothing here contacts a host: each command loads the inventory, then prints.
+Add a command by writing its function and one line in ``register``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from sparkctl import ui
+from sparkctl.errors import EXIT_USAGE, SparkctlError
+from sparkctl.model import Cluster, load_inventory
+
+
+def load_cluster(ctx: typer.Context) -> Cluster:
+    """The checked cluster of the chosen inventory (InputError, exit 2, when it has problems)."""
+    return load_inventory(ctx.obj.inventory_dir())
+
+
+def cluster_summary(cluster: Cluster) -> dict[str, Any]:
+    """What `validate --json` reports about a good inventory."""
+    prof = cluster.profile
+    sw = cluster.switch
+    need = None
+    if cluster.checkpoint.size_gib is not None:
+        m = prof.memory
+        need = round(cluster.checkpoint.size_gib + m.engram_packed_gib + m.disk_margin_gib, 2)
+    return {
+        "cluster": cluster.name,
+        "inventory": str(cluster.inventory_dir),
+        "profile": prof.name,
+        "runtime": cluster.runtime.kind,
+        "nodes": [
+            {
+                "name": n.name,
+                "rank": n.rank,
+                "role": "head" if n.is_head else "worker",
+                "mgmt": str(n.mgmt_ip),
+                "fabric": [{"netdev": p.netdev, "hca": p.hca, "ip": str(p.ip)} for p in n.fabric_ports],
+                "nvme_gib": n.nvme_gib,
+            }
+            for n in cluster.nodes
+        ],
+        "switch": {"name": sw.name, "type": sw.type, "host": sw.host, "mtu": sw.mtu} if sw else None,
+        "memory": {
+            "kv_pin_tokens": prof.max_total_tokens,
+            "kv_pool_gib": round(prof.kv_pool_gib, 2),
+            "static_pool_gib": round(prof.static_pool_gib, 2),
+            "weights_gib_per_rank": prof.memory.weights_gib_per_rank,
+            "prefill_transient_gib": round(prof.prefill_transient_gib, 2),
+            "transient_limit_gib": round(prof.transient_limit_gib, 2),
+        },
+        "disk_need_gib": need,
+        "warnings": list(cluster.warnings),
+    }
+
+
+def validate_table(cluster: Cluster) -> Table:
+    prof = cluster.profile
+    table = Table(title=f"{ui.OK} inventory {cluster.inventory_dir} is valid", title_justify="left")
+    table.add_column("")
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    head = cluster.head
+    ranks = ", ".join(f"{n.rank}={n.name}" for n in cluster.nodes)
+    sw = cluster.switch
+    rows = [
+        ("site", f"{cluster.name}  (ssh as {cluster.ssh_user}, runtime {cluster.runtime.kind})"),
+        (
+            "profile",
+            f"{prof.name}: TP{prof.tp_size}/EP{prof.ep_size}, context {prof.context_length:,}, "
+            f"chunk {prof.chunk:,}, KV pin {prof.max_total_tokens:,}",
+        ),
+        ("nodes", f"{len(cluster.nodes)}  (head {head.name}, fabric {head.fabric_ip})"),
+        ("ranks", ranks),
+        (
+            "fabric",
+            f"{', '.join(map(str, cluster.fabric.subnets))}, MTU {cluster.fabric.mtu}, "
+            f"QoS {'on' if cluster.fabric.host_qos else 'off'}, bootstrap over {cluster.fabric.bootstrap_over}",
+        ),
+        ("switch", f"{sw.name} ({sw.type}, {sw.host}, MTU {sw.mtu})" if sw else "none"),
+        (
+            "memory",
+            f"KV {prof.kv_pool_gib:.2f} GiB + weights {prof.memory.weights_gib_per_rank:g} GiB "
+            f"≤ pool {prof.static_pool_gib:.2f} GiB; prefill transient {prof.prefill_transient_gib:.2f} "
+            f"≤ {prof.transient_limit_gib:.2f} GiB",
+        ),
+    ]
+    summary = cluster_summary(cluster)
+    if summary["disk_need_gib"] is not None:
+        sizes = sorted({n.nvme_gib for n in cluster.nodes if n.nvme_gib is not None})
+        have = f" ≤ {', '.join(f'{s:g}' for s in sizes)} GiB" if sizes else " (NVMe size not given)"
+        rows.append(("disk", f"{summary['disk_need_gib']:g} GiB per node{have}"))
+    for what, value in rows:
+        table.add_row(ui.OK, what, value)
+    for warning in cluster.warnings:
+        table.add_row(ui.SKIP, "note", warning)
+    return table
+
+
+def validate(ctx: typer.Context) -> None:
+    """Check the inventory: every field, cross-checks, memory and disk budgets. Nothing is contacted."""
+    state = ctx.obj
+    if not state.json:
+        cluster = load_cluster(ctx)
+        ui.console.print(validate_table(cluster))
+        return
+    try:
+        cluster = load_cluster(ctx)
+    except SparkctlError as exc:
+        errors = exc.details or [exc.message + (f" — {exc.hint}" if exc.hint else "")]
+        ui.print_json({"ok": False, "message": exc.message, "errors": errors})
+        raise typer.Exit(exc.exit_code if exc.exit_code else EXIT_USAGE) from None
+    ui.print_json({"ok": True, **cluster_summary(cluster)})
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the main app."""
+    app.command("validate")(validate)

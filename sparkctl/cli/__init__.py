@@ -95,7 +95,10 @@ def main(argv: list[str] | None = None) -> None:
     _register()
     debug = os.environ.get("SPARKCTL_DEBUG") == "1"
     try:
-        app(args=argv, standalone_mode=False)
+        # Without standalone mode click returns typer.Exit's code instead of raising it.
+        rc = app(args=argv, standalone_mode=False)
+        if isinstance(rc, int) and rc:
+            sys.exit(rc)
     except SparkctlError as exc:
         if debug:
             raise

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkctl.errors import InputError
-from sparkctl.qa import published as pub
 from sparkctl.qa.endpoint import Endpoint
 
 if TYPE_CHECKING:
@@ -439,6 +438,7 @@ def write_report(report: BenchReport, results_dir: Path) -> Path:
 
 def bench_cluster(cluster: Any, **kwargs: Any) -> BenchReport:
     """``run_bench`` against an inventory's rank 0, compared with its profile's published figures."""
+    from sparkctl.qa import published as pub
     from sparkctl.qa.endpoint import for_cluster
 
     endpoint = for_cluster(cluster)

@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sparkctl.qa.bench import BenchReport, LevelResult
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 MEASURED = "#2b6cb0"
 PUBLISHED = "#a0aec0"
 
 
-def plot_ladder(report: BenchReport, path: Path) -> Path:
-    """One panel per workload, grouped bars per concurrency; writes ``path`` (PNG) and returns it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def ladder_figure(report: BenchReport) -> Figure:
+    """One panel per workload, grouped bars per concurrency (no pyplot state, safe in threads)."""
+    from matplotlib.figure import Figure
 
     names = list(dict.fromkeys(lvl.workload for lvl in report.levels))
     if not names:
         raise ValueError("nothing was measured")
-    fig, axes = plt.subplots(1, len(names), figsize=(6.2 * len(names), 4.8), squeeze=False)
+    fig = Figure(figsize=(6.2 * len(names), 4.8))
+    axes = fig.subplots(1, len(names), squeeze=False)
     where = "simulator" if report.simulator else "measured"
     for ax, name in zip(axes[0], names, strict=True):
         levels: list[LevelResult] = [lvl for lvl in report.levels if lvl.workload == name]
@@ -69,7 +71,11 @@ def plot_ladder(report: BenchReport, path: Path) -> Path:
         title += "\nno published figures for this profile"
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
+    return fig
+
+
+def plot_ladder(report: BenchReport, path: Path) -> Path:
+    """Write the ladder figure to ``path`` (PNG) and return it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    ladder_figure(report).savefig(path, dpi=120, format="png")
     return path

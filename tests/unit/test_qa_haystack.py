@@ -26,7 +26,11 @@ def test_records_in_order_and_filler_word_count() -> None:
     body = hs.prompt
     for k in haystack.KEYS:
         body = body.replace(f"RECORD {k}={hs.expected[k]}.", "")
-    body = body.replace(haystack.QUESTION, "").replace(haystack.INSTRUCTION, "").replace("[needle t size=3001]", "")
+    body = (
+        body.replace(haystack.QUESTION, "")
+        .replace(haystack.INSTRUCTION, "")
+        .replace("[needle t size=3001]", "")
+    )
     assert len(body.split()) == 3001
 
 

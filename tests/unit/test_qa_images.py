@@ -45,7 +45,9 @@ def test_fixtures_say_what_they_draw() -> None:
     assert images.colours_left_to_right(one.png) == one.colours == ["red", "blue", "yellow"]
     four = images.four_images()
     assert len(four) == 4
-    assert [images.colours_left_to_right(f.png) for f in four] == [[c] for c in ["green", "orange", "purple", "black"]]
+    assert [images.colours_left_to_right(f.png) for f in four] == [
+        [c] for c in ["green", "orange", "purple", "black"]
+    ]
     assert one.data_url().startswith("data:image/png;base64,iVBOR")
 
 

@@ -11,14 +11,23 @@ from sparkctl.qa.bench import Batch, BenchReport, LevelResult, RequestTiming
 def _report(simulator: bool, with_published: bool) -> BenchReport:
     workloads = {name: bench.load_workload(name) for name in bench.WORKLOADS}
     report = BenchReport(
-        endpoint="http://127.0.0.1:1/v1", model="m", simulator=simulator, profile="lab", published_source=None,
-        started="now", workloads=workloads, concurrency=[1, 4], repeats=2,
+        endpoint="http://127.0.0.1:1/v1",
+        model="m",
+        simulator=simulator,
+        profile="lab",
+        published_source=None,
+        started="now",
+        workloads=workloads,
+        concurrency=[1, 4],
+        repeats=2,
     )
     for name in bench.WORKLOADS:
         for c in (1, 4):
             lvl = LevelResult(name, c, published=(50.0 * c if with_published else None))
             for rate in (40.0, 44.0):
-                lvl.batches.append(Batch(c, [RequestTiming(0.0, 0.2, 0.2 + 199 / rate, 200, 10) for _ in range(c)]))
+                lvl.batches.append(
+                    Batch(c, [RequestTiming(0.0, 0.2, 0.2 + 199 / rate, 200, 10) for _ in range(c)])
+                )
             report.levels.append(lvl)
     return report
 

@@ -1,0 +1,99 @@
+"""An in-process SSH server (paramiko server mode) for testing the fan-out without a lab.
+
+It accepts one client key, runs each exec request with /bin/sh locally (stdin from the channel)
+and counts the connections it accepted, so tests can check host-key verification, unreachable
+nodes, timeouts and connection reuse for real.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import paramiko
+
+
+class _Iface(paramiko.ServerInterface):
+    def __init__(self, allowed: paramiko.PKey):
+        self.allowed = allowed
+
+    def check_channel_request(self, kind: str, chanid: int) -> int:
+        if kind == "session":
+            return paramiko.OPEN_SUCCEEDED
+        return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+    def get_allowed_auths(self, username: str) -> str:
+        return "publickey"
+
+    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+        if key.get_base64() == self.allowed.get_base64():
+            return paramiko.AUTH_SUCCESSFUL
+        return paramiko.AUTH_FAILED
+
+    def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
+        threading.Thread(target=_serve_exec, args=(channel, command.decode()), daemon=True).start()
+        return True
+
+
+def _serve_exec(channel: paramiko.Channel, command: str) -> None:
+    # `sudo -n` is not available in tests; strip it the way a root login would not need it.
+    command = command.removeprefix("sudo -n ")
+    data = bytearray()
+    while True:
+        chunk = channel.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    proc = subprocess.run(command, shell=True, input=bytes(data), capture_output=True, check=False)
+    if proc.stdout:
+        channel.sendall(proc.stdout)
+    if proc.stderr:
+        channel.sendall_stderr(proc.stderr)
+    channel.send_exit_status(proc.returncode)
+    channel.shutdown_write()
+    channel.close()
+
+
+class FakeSshd:
+    """Listen on 127.0.0.1:<free port>; write the client key and a known_hosts file into ``tmp``."""
+
+    def __init__(self, tmp: Path):
+        self.host_key = paramiko.RSAKey.generate(2048)
+        self.client_key = paramiko.RSAKey.generate(2048)
+        self.key_file = tmp / "id_test"
+        self.client_key.write_private_key_file(str(self.key_file))
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.known_hosts = tmp / "known_hosts"
+        self.known_hosts.write_text(f"[127.0.0.1]:{self.port} ssh-rsa {self.host_key.get_base64()}\n")
+        self.accepted = 0
+        self._transports: list[paramiko.Transport] = []
+        self._stop = threading.Event()
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.accepted += 1
+            transport = paramiko.Transport(conn)
+            transport.add_server_key(self.host_key)
+            self._transports.append(transport)
+            try:
+                transport.start_server(server=_Iface(self.client_key))
+            except (paramiko.SSHException, EOFError):
+                continue
+
+    def close(self) -> None:
+        self._stop.set()
+        for transport in self._transports:
+            transport.close()
+        self.sock.close()

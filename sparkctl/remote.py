@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -89,7 +88,8 @@ def targets_for(cluster: Any) -> list[Target]:
     out: list[Target] = []
     for node in cluster.nodes:
         hc: dict[str, Any] = dict(cfg.lookup(node.name)) if cfg else {}
-        user = getattr(node, "ssh_user", None) or getattr(cluster, "ssh_user", None) or hc.get("user") or "root"
+        user = (getattr(node, "ssh_user", None) or getattr(cluster, "ssh_user", None)
+                or hc.get("user") or "root")
         keys: list[Path] = []
         for attr in ("ssh_key", "ssh_private_key"):
             for holder in (node, cluster):
@@ -142,7 +142,7 @@ def _reason(exc: BaseException, target: Target) -> str:
         return f"connection refused by {where}"
     if isinstance(exc, ConnectionRefusedError):
         return f"connection refused by {where}"
-    if isinstance(exc, socket.timeout | TimeoutError):
+    if isinstance(exc, TimeoutError):
         return f"timed out connecting to {where}"
     if isinstance(exc, OSError) and exc.errno is not None:
         return f"cannot reach {where}: {exc.strerror or exc}"
@@ -167,7 +167,7 @@ def connect(target: Target, timeout: float = CONNECT_TIMEOUT_S) -> paramiko.SSHC
         hostname=target.address,
         port=target.port,
         username=target.user,
-        key_filename=keys or None,
+        key_filename=keys or None,  # type: ignore[arg-type]  # paramiko accepts a list
         look_for_keys=not keys,
         allow_agent=not keys,
         timeout=timeout,
@@ -212,7 +212,7 @@ def _run_on(client: paramiko.SSHClient, target: Target, script: str, timeout: fl
                 f"command timed out after {timeout:.0f} s", time.monotonic() - start,
             )
         if not got:
-            with contextlib.suppress(TimeoutError, socket.timeout):
+            with contextlib.suppress(TimeoutError):
                 data = chan.recv(65536)
                 if data:
                     out += data
@@ -309,7 +309,7 @@ class Fleet:
             while not (stop is not None and stop.is_set()):
                 try:
                     data = chan.recv(65536)
-                except (TimeoutError, socket.timeout):
+                except TimeoutError:
                     continue
                 if not data:
                     break

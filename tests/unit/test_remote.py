@@ -8,11 +8,10 @@ from types import SimpleNamespace
 
 import paramiko
 import pytest
+from sshd_fake import FakeSshd
 
 from sparkctl import remote
 from sparkctl.remote import Fleet, Target, known_hosts_from_args, parse_sections, run_all, targets_for
-
-from sshd_fake import FakeSshd
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,110 @@
+"""Pure renderers: Cluster (with its resolved profile) -> argv, env, unit, netplan, QoS, switch and
+firewall text. No I/O, no host contacted; the same input gives byte-identical output.
+
+``plan_document`` assembles everything into the ``plan --json`` document (design.md): one entry per
+node with its rank launch and the files sparkctl writes there, plus the switch configuration.
+Secrets appear only as ``<secret:NAME>`` markers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkctl.render import common, host, rank, switch
+from sparkctl.render.common import secret_mark
+from sparkctl.render.rank import rank_argv, rank_env
+from sparkctl.render.switch import switch_config
+
+__all__ = [
+    "common",
+    "host",
+    "node_entry",
+    "plan_document",
+    "rank",
+    "rank_argv",
+    "rank_env",
+    "secret_mark",
+    "switch",
+    "switch_config",
+    "switch_entry",
+]
+
+Cluster = Any
+Node = Any
+
+
+def node_files(cluster: Cluster, node: Node) -> tuple[dict[str, str], dict[str, str]]:
+    """Files sparkctl writes on one node (path -> text) and their modes (path -> octal string)."""
+    files: dict[str, str] = {}
+    modes: dict[str, str] = {}
+
+    def put(path: str, text: str, mode: str) -> None:
+        files[path] = text
+        modes[path] = mode
+
+    put(common.RANK_UNIT_FILE, rank.rank_unit(cluster, node), "0644")
+    put(common.RANK_ENV_FILE, rank.rank_env_text(cluster, node), "0600")
+    if rank.has_rank_secrets(cluster):
+        put(common.RANK_SECRETS_FILE, rank.rank_secrets_text(cluster), "0600")
+    put(common.NETPLAN_FILE, host.netplan(cluster, node), "0600")
+    if cluster.fabric.host_qos:
+        put(common.QOS_SCRIPT, host.qos_script(cluster, node), "0755")
+        put(common.QOS_UNIT_FILE, host.qos_unit(cluster, node), "0644")
+        put(common.QOS_LINK_HOOK, host.qos_link_hook(cluster, node), "0755")
+    put(common.FIREWALL_FILE, host.firewall(cluster, node), "0644")
+    put(common.FIREWALL_UNIT_FILE, host.firewall_unit(cluster, node), "0644")
+    return files, modes
+
+
+def node_entry(cluster: Cluster, node: Node) -> dict[str, Any]:
+    """One node of the plan document."""
+    files, modes = node_files(cluster, node)
+    launch: dict[str, Any] = {
+        "argv": rank_argv(cluster, node),
+        "env": rank_env(cluster, node),
+        "runtime": cluster.runtime.kind,
+        "unit": files[common.RANK_UNIT_FILE],
+        "unit_name": common.RANK_UNIT_NAME,
+        "command": rank.launch_command(cluster, node),
+        "env_file": common.RANK_ENV_FILE,
+        "stop_timeout_s": rank.stop_timeout_s(node),
+    }
+    if cluster.runtime.kind == "container":
+        launch["container"] = rank.container_name(cluster, node)
+        launch["image"] = str(cluster.runtime.image)
+    return {
+        "name": node.name,
+        "rank": node.rank,
+        "role": "head" if node.rank == 0 else "worker",
+        "mgmt": str(node.mgmt_ip),
+        "bootstrap_ip": str(cluster.bootstrap_ips[node.name]),
+        "fabric": [{"netdev": str(p.netdev), "hca": str(p.hca), "ip": str(p.ip)} for p in node.fabric_ports],
+        "rank_launch": launch,
+        "files": files,
+        "file_modes": modes,
+        "secret_files": [path for path, text in files.items() if common.SECRET_PREFIX in text],
+    }
+
+
+def switch_entry(cluster: Cluster) -> dict[str, Any]:
+    sw = cluster.switch
+    if sw is None:
+        return {"type": "none", "config": ""}
+    return {
+        "type": sw.type,
+        "name": sw.name,
+        "host": str(sw.host),
+        "file": switch.FILE_NAMES[sw.type],
+        "config": switch_config(cluster),
+    }
+
+
+def plan_document(cluster: Cluster, node: str | None = None) -> dict[str, Any]:
+    """The `sparkctl plan --json` document; with ``node``, only that node's entry."""
+    nodes = [cluster.node(node)] if node is not None else list(cluster.nodes)
+    return {
+        "cluster": cluster.name,
+        "profile": cluster.profile.name,
+        "nodes": [node_entry(cluster, n) for n in nodes],
+        "switch": switch_entry(cluster),
+    }

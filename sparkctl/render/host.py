@@ -1,0 +1,198 @@
+"""Per-node host configuration: fabric addresses (netplan), RoCE QoS, and the firewall."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from sparkctl.render import common as c
+
+Cluster = Any
+Node = Any
+
+
+def netplan(cluster: Cluster, node: Node) -> str:
+    """Static addresses and MTU on both PCIe halves of the fabric port; never the management iface.
+
+    No gateway, no routes, no DHCP: the fabric is one L2 segment per subnet and the default route
+    stays on the management network.
+    """
+    ethernets: dict[str, Any] = {}
+    for port in node.fabric_ports:
+        ethernets[str(port.netdev)] = {
+            "addresses": [str(port.address)],
+            "mtu": cluster.fabric.mtu,
+            "dhcp4": False,
+            "dhcp6": False,
+            "accept-ra": False,
+            "link-local": [],
+            # Boot does not wait for the fabric (the management network is what matters there).
+            "optional": True,
+        }
+    doc = {"network": {"version": 2, "renderer": "networkd", "ethernets": ethernets}}
+    body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+    return c.header(f"fabric addresses of {node.name} (mode 0600)") + body
+
+
+def qos_script(cluster: Cluster, node: Node) -> str:
+    """Host RoCE QoS: trust DSCP, 26 -> priority 3 and 48 -> 6, PFC on priority 3 only, ToS 106.
+
+    Idempotent. With an interface argument it configures that port only (the link-up hook).
+    Uses mlnx_qos when the driver tools are installed, else iproute2's dcb.
+    """
+    pairs = " ".join(f"{p.netdev}:{p.hca}" for p in node.fabric_ports)
+    pfc = ",".join("1" if prio == c.ROCE_PRIO else "0" for prio in range(8))
+    return f"""#!/bin/sh
+{c.header(f"RoCE QoS of the fabric ports of {node.name}").rstrip()}
+# RoCE data (DSCP {c.ROCE_DSCP}) -> priority {c.ROCE_PRIO} with PFC;
+# CNP (DSCP {c.CNP_DSCP}) -> priority {c.CNP_PRIO}; RDMA-CM traffic class {c.ROCE_TOS}.
+# Must match the switch (`sparkctl switch show`).
+set -eu
+
+PORTS="{pairs}"
+ONLY="${{1:-}}"
+
+configure_port() {{
+    dev="$1"
+    hca="$2"
+    if command -v mlnx_qos >/dev/null 2>&1; then
+        mlnx_qos -i "$dev" --trust dscp
+        mlnx_qos -i "$dev" --dscp2prio set,{c.ROCE_DSCP},{c.ROCE_PRIO}
+        mlnx_qos -i "$dev" --dscp2prio set,{c.CNP_DSCP},{c.CNP_PRIO}
+        mlnx_qos -i "$dev" --pfc {pfc}
+    else
+        dcb apptrust set dev "$dev" order dscp
+        dcb app replace dev "$dev" dscp-prio {c.ROCE_DSCP}:{c.ROCE_PRIO} {c.CNP_DSCP}:{c.CNP_PRIO}
+        dcb pfc set dev "$dev" prio-pfc all:off {c.ROCE_PRIO}:on
+    fi
+    # Default ToS of RDMA-CM connections (what cma_roce_tos sets), through configfs.
+    cm=/sys/kernel/config/rdma_cm
+    if [ ! -d "$cm" ]; then
+        modprobe configfs 2>/dev/null || true
+        mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+        modprobe rdma_cm 2>/dev/null || true
+    fi
+    mkdir -p "$cm/$hca"
+    echo {c.ROCE_TOS} > "$cm/$hca/ports/1/default_roce_tos"
+    rmdir "$cm/$hca" 2>/dev/null || true
+    echo "sparkctl-roce-qos: $dev ($hca) trust dscp, pfc prio {c.ROCE_PRIO}, tos {c.ROCE_TOS}"
+}}
+
+for pair in $PORTS; do
+    dev="${{pair%%:*}}"
+    hca="${{pair#*:}}"
+    if [ -n "$ONLY" ] && [ "$ONLY" != "$dev" ]; then
+        continue
+    fi
+    configure_port "$dev" "$hca"
+done
+"""
+
+
+def qos_unit(cluster: Cluster, node: Node) -> str:
+    devices = " ".join(f"sys-subsystem-net-devices-{p.netdev}.device" for p in node.fabric_ports)
+    return f"""{c.header(f"applies RoCE QoS on {node.name} at boot").rstrip()}
+[Unit]
+Description=sparkctl RoCE QoS of the fabric ports (PFC priority {c.ROCE_PRIO}, ToS {c.ROCE_TOS})
+After=network.target {devices}
+Wants={devices}
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart={c.QOS_SCRIPT}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def qos_link_hook(cluster: Cluster, node: Node) -> str:
+    """networkd-dispatcher hook: a link flap resets DCB state, so re-apply on every link up."""
+    names = "|".join(str(p.netdev) for p in node.fabric_ports)
+    return f"""#!/bin/sh
+{c.header(f"re-applies RoCE QoS when a fabric port of {node.name} comes up").rstrip()}
+case "${{IFACE:-}}" in
+    {names}) exec {c.QOS_SCRIPT} "$IFACE" ;;
+esac
+exit 0
+"""
+
+
+def _set(items: list[str]) -> str:
+    return "{ " + ", ".join(items) + " }"
+
+
+def firewall(cluster: Cluster, node: Node) -> str:
+    """nftables: SSH from management, the API from api_allow, rank traffic from the peers only.
+
+    Rank traffic (rendezvous, NCCL and Gloo bootstrap, SGLang's broadcaster) uses ephemeral TCP
+    ports besides the fixed ones, so it is allowed by source: the fabric subnets (also used for
+    staging), plus the nodes' management addresses when the ranks bootstrap over management.
+    RoCE itself bypasses the kernel and is not filtered here.
+    """
+    peers = [str(s) for s in cluster.fabric.subnets]
+    peer_note = "the fabric subnets"
+    if cluster.fabric.bootstrap_over == "mgmt":
+        peers += [str(n.mgmt_ip) for n in cluster.nodes]
+        peer_note += " and the nodes' management addresses"
+    api = [str(s) for s in cluster.api_allow]
+    fabric_ifs = [f'"{p.netdev}"' for p in node.fabric_ports]
+    ports = cluster.ports
+    return f"""#!/usr/sbin/nft -f
+{c.header(f"firewall of {node.name}").rstrip()}
+# Loaded by {c.FIREWALL_UNIT_NAME}; only the table inet sparkctl is touched.
+table inet sparkctl
+delete table inet sparkctl
+
+table inet sparkctl {{
+    set rank_peers {{
+        type ipv4_addr
+        flags interval
+        # Rank traffic from {peer_note}: dist-init {ports.dist_init},
+        # NCCL test {ports.nccl_test}, and NCCL/Gloo/SGLang ephemeral ports.
+        elements = {_set(peers)}
+    }}
+
+    set api_clients {{
+        type ipv4_addr
+        flags interval
+        elements = {_set(api)}
+    }}
+
+    chain input {{
+        type filter hook input priority filter; policy drop;
+        ct state established,related accept
+        ct state invalid drop
+        iif "lo" accept
+        meta l4proto icmp accept
+        meta l4proto ipv6-icmp accept
+        # SSH from the management subnet only.
+        ip saddr {cluster.mgmt.subnet} tcp dport 22 accept
+        # The OpenAI API (rank 0) and every rank's /health.
+        ip saddr @api_clients tcp dport {ports.api} accept
+        # Nothing but peers on the fabric ports.
+        iifname {_set(fabric_ifs)} ip saddr != @rank_peers drop
+        ip saddr @rank_peers meta l4proto {{ tcp, udp }} accept
+    }}
+}}
+"""
+
+
+def firewall_unit(cluster: Cluster, node: Node) -> str:
+    return f"""{c.header(f"loads the sparkctl firewall table on {node.name}").rstrip()}
+[Unit]
+Description=sparkctl firewall (table inet sparkctl)
+Wants=network-pre.target
+Before=network-pre.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/sbin/nft -f {c.FIREWALL_FILE}
+ExecStop=/usr/sbin/nft delete table inet sparkctl
+
+[Install]
+WantedBy=multi-user.target
+"""

@@ -1,0 +1,220 @@
+"""One SGLang rank per node: its argv, environment, container invocation, systemd unit and files.
+
+Every node gets the same argv except ``--node-rank``; the environment differs only in the node's
+own bootstrap address. The API key never appears on a command line: it sits in a 0600 YAML file
+that SGLang merges into its arguments through ``--config``.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Any
+
+from sparkctl.errors import InputError
+from sparkctl.render import common as c
+
+Cluster = Any  # sparkctl.model.Cluster (kept loose: render must not import the loader)
+Node = Any
+
+
+def places(cluster: Cluster) -> dict[str, str]:
+    """Values of the profile placeholders for this cluster's runtime."""
+    run_dir = PurePosixPath(cluster.paths.run_dir)
+    if cluster.runtime.kind == "container":
+        return {
+            "model_dir": container_model_dir(cluster),
+            "engram_dir": c.CONTAINER_ENGRAM_DIR,
+            "cache_dir": c.CONTAINER_CACHE_DIR,
+            "state_dir": c.CONTAINER_STATE_DIR,
+        }
+    return {
+        "model_dir": str(cluster.paths.model_dir),
+        "engram_dir": str(cluster.paths.engram_dir),
+        "cache_dir": str(run_dir / "cache"),
+        "state_dir": str(run_dir / "state"),
+    }
+
+
+def container_model_dir(cluster: Cluster) -> str:
+    return f"{c.CONTAINER_MODEL_ROOT}/{PurePosixPath(cluster.paths.model_dir).name}"
+
+
+def container_name(cluster: Cluster, node: Node) -> str:
+    return f"sparkctl-{cluster.name}-r{node.rank}"
+
+
+def program(cluster: Cluster) -> list[str]:
+    """argv[0:2] of the rank: the only part that differs between runtimes."""
+    kind = cluster.runtime.kind
+    if kind == "container":
+        return ["sglang", "serve"]
+    if kind == "venv":
+        if not cluster.runtime.venv_path:
+            raise InputError("sparkctl_runtime.venv_path: missing", hint="set it when kind is venv")
+        return [str(PurePosixPath(cluster.runtime.venv_path) / "bin" / "sglang"), "serve"]
+    return [c.LAB_RANK_PROGRAM, "serve"]
+
+
+def dist_init_addr(cluster: Cluster) -> str:
+    return f"{cluster.bootstrap_ips[cluster.head.name]}:{cluster.ports.dist_init}"
+
+
+def has_rank_secrets(cluster: Cluster) -> bool:
+    return any(name in cluster.secrets for name in c.RANK_SECRET_KEYS)
+
+
+def rank_argv(cluster: Cluster, node: Node) -> list[str]:
+    """The full SGLang argv of one rank (full flag names, profile order, cluster flags last)."""
+    fills = places(cluster)
+    argv = [*program(cluster), "--model-path", fills["model_dir"]]
+    for flag, value in cluster.profile.args.items():
+        argv += c.flag_values(flag, c.fill_arg(value, fills))
+    argv += [
+        "--nnodes", str(len(cluster.nodes)),
+        "--node-rank", str(node.rank),
+        "--dist-init-addr", dist_init_addr(cluster),
+        "--host", "0.0.0.0",
+        "--port", str(cluster.ports.api),
+    ]
+    if has_rank_secrets(cluster):
+        argv += ["--config", c.RANK_SECRETS_FILE]
+    return argv
+
+
+def bootstrap_netdev(cluster: Cluster, node: Node) -> str:
+    if cluster.fabric.bootstrap_over == "fabric":
+        return str(node.fabric_ports[0].netdev)
+    return str(cluster.mgmt.interface)
+
+
+def network_env(cluster: Cluster, node: Node) -> dict[str, str]:
+    """What NCCL, Gloo and SGLang need to find this node's peers."""
+    netdev = bootstrap_netdev(cluster, node)
+    env = {
+        # The address SGLang's cross-node broadcaster advertises to the other ranks.
+        "SGLANG_HOST_IP": str(cluster.bootstrap_ips[node.name]),
+        # "=" makes NCCL match the interface name exactly.
+        "NCCL_SOCKET_IFNAME": f"={netdev}",
+        "GLOO_SOCKET_IFNAME": netdev,
+        # Both PCIe halves of the cabled port, so NCCL drives the full 200G.
+        "NCCL_IB_HCA": "=" + ",".join(f"{p.hca}:1" for p in node.fabric_ports),
+    }
+    if cluster.fabric.host_qos:
+        # DSCP 26 + ECN: the class the switch and host give PFC on priority 3.
+        env["NCCL_IB_TC"] = str(c.ROCE_TOS)
+        env["B12X_ROCE_TRAFFIC_CLASS"] = str(c.ROCE_TOS)
+    return env
+
+
+def rank_env(cluster: Cluster, node: Node) -> dict[str, str]:
+    """The rank's whole environment: the profile's table, then the node's network variables."""
+    fills = places(cluster)
+    env = {key: c.fill(value, fills) for key, value in cluster.profile.env.items()}
+    env.update(network_env(cluster, node))
+    return env
+
+
+def container_command(cluster: Cluster, node: Node) -> list[str]:
+    """`docker run` of the pinned image with the rank's argv (container runtime)."""
+    paths = cluster.paths
+    run_dir = PurePosixPath(paths.run_dir)
+    argv = rank_argv(cluster, node)
+    cmd = [
+        c.DOCKER, "run",
+        "--name", container_name(cluster, node),
+        "--pull", "never",
+        "--network", "host",
+        "--ipc", "host",
+        "--cap-add", "IPC_LOCK",
+        "--ulimit", "memlock=-1",
+        "--ulimit", "nofile=1048576:1048576",
+        "--gpus", "all",
+        "--device", "/dev/infiniband",
+        "--env-file", c.RANK_ENV_FILE,
+        "--mount", f"type=bind,src={paths.model_dir},dst={container_model_dir(cluster)},readonly",
+        "--mount", f"type=bind,src={paths.engram_dir},dst={c.CONTAINER_ENGRAM_DIR},readonly",
+        "--mount", f"type=bind,src={run_dir / 'cache'},dst={c.CONTAINER_CACHE_DIR}",
+        "--mount", f"type=bind,src={run_dir / 'state'},dst={c.CONTAINER_STATE_DIR}",
+    ]
+    if has_rank_secrets(cluster):
+        cmd += ["--mount", f"type=bind,src={c.RANK_SECRETS_FILE},dst={c.RANK_SECRETS_FILE},readonly"]
+    cmd += ["--entrypoint", argv[0], str(cluster.runtime.image), *argv[1:]]
+    return cmd
+
+
+def launch_command(cluster: Cluster, node: Node) -> list[str]:
+    """What the unit's ExecStart runs: docker, the venv's sglang, or the simulator."""
+    if cluster.runtime.kind == "container":
+        return container_command(cluster, node)
+    argv = rank_argv(cluster, node)
+    if cluster.runtime.kind == "lab":
+        return ["/usr/bin/env", *argv]
+    return argv
+
+
+def stop_timeout_s(node: Node) -> int:
+    # Rank 0 drains in-flight requests, then tells every scheduler to exit; workers ignore
+    # SIGTERM and leave when that broadcast arrives, so they need less.
+    return 90 if node.rank == 0 else 45
+
+
+def rank_unit(cluster: Cluster, node: Node) -> str:
+    """The systemd unit that runs this node's rank. It is started by `sparkctl up`, never at boot."""
+    profile = cluster.profile
+    kind = cluster.runtime.kind
+    timeout = stop_timeout_s(node)
+    after = ["network-online.target"]
+    if cluster.fabric.host_qos:
+        after.append(c.QOS_UNIT_NAME)
+    if kind == "container":
+        after.append("docker.service")
+    role = "head: rendezvous and HTTP API" if node.rank == 0 else "worker"
+    lines = [
+        c.header(f"SGLang rank {node.rank} of {cluster.name} on {node.name}"),
+        "[Unit]",
+        f"Description=sparkctl SGLang rank {node.rank}/{len(cluster.nodes)} ({role}), "
+        f"profile {profile.name}",
+        "Wants=network-online.target",
+        f"After={' '.join(after)}",
+    ]
+    if kind == "container":
+        lines.append("Requires=docker.service")
+    lines += [
+        "",
+        "[Service]",
+        "Type=exec",
+        f"EnvironmentFile={c.RANK_ENV_FILE}",
+        f"WorkingDirectory={cluster.paths.run_dir}",
+    ]
+    if kind == "container":
+        name = container_name(cluster, node)
+        lines.append(f"ExecStartPre=-{c.DOCKER} rm --force {name}")
+    lines.append("ExecStart=" + c.systemd_command(launch_command(cluster, node)))
+    if kind == "container":
+        lines.append(f"ExecStop={c.DOCKER} stop --time {timeout - 15} {container_name(cluster, node)}")
+    lines += [
+        "# Any exit fails the whole group: `sparkctl up` restarts all four ranks together, never one.",
+        "Restart=no",
+        "KillMode=mixed",
+        f"TimeoutStopSec={timeout}",
+        "LimitMEMLOCK=infinity",
+        "LimitNOFILE=1048576",
+        "SyslogIdentifier=sparkctl-rank",
+        "",
+        "# No [Install] section: after a reboot the node waits for `sparkctl up`, so a lone rank",
+        "# never joins a half-started group.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def rank_env_text(cluster: Cluster, node: Node) -> str:
+    return c.env_file_text(rank_env(cluster, node), f"environment of SGLang rank {node.rank} (mode 0600)")
+
+
+def rank_secrets_text(cluster: Cluster) -> str:
+    """The --config file with secret markers; the rank role writes it with the values, mode 0600."""
+    lines = [c.header("SGLang arguments that must not appear on a command line (mode 0600)")]
+    for name, key in c.RANK_SECRET_KEYS.items():
+        if name in cluster.secrets:
+            lines.append(f'{key}: "{c.secret_mark(name)}"\n')
+    return "".join(lines)

@@ -1,0 +1,142 @@
+"""Switch configuration for the RoCE fabric: RouterOS 7.23+, Cumulus NVUE, or the lab's Linux switch.
+
+All three give the same fabric: every Spark port forced to 200G (not the lab), jumbo MTU above the
+host MTU, one L2 domain, RoCE (DSCP 26) lossless on traffic class 3 with PFC and ECN, and CNPs
+(DSCP 48) in a strict-priority class 6. The host side is `render.host.qos_script`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkctl.render import common as c
+
+Cluster = Any
+
+BRIDGE = "sparkctl-fabric"
+PORT_SPEED = "200G-baseCR4"
+PFC = f"sparkctl-pfc{c.ROCE_PRIO}"
+
+
+def switch_ports(cluster: Cluster) -> list[tuple[str, list[str]]]:
+    """Switch ports in rank order, each with the nodes/halves cabled to it (both halves share one)."""
+    seen: dict[str, list[str]] = {}
+    for node in cluster.nodes:
+        mapping = cluster.switch.ports.get(node.name, {})
+        for port in node.fabric_ports:
+            name = mapping.get(str(port.netdev))
+            if name is None:
+                continue
+            users = seen.setdefault(name, [])
+            if node.name not in users:
+                users.append(node.name)
+    return list(seen.items())
+
+
+def _ensure(match: str, props: str) -> str:
+    """RouterOS: add an entry unless one matching ``match`` exists (so the file imports twice)."""
+    return f":if ([:len [find {match}]] = 0) do={{ add {props} }}\n"
+
+
+def routeros(cluster: Cluster) -> str:
+    sw = cluster.switch
+    l2mtu = sw.l2mtu or sw.mtu
+    ports = switch_ports(cluster)
+    out = [
+        c.header(f"RoCE fabric of {cluster.name} on {sw.name} (RouterOS >= 7.23)"),
+        "# Import with `/import file-name=sparkctl-fabric.rsc`; safe to import again.\n",
+        "\n# Spark ports: forced 200G (autonegotiation may settle at 100G), L2MTU before MTU.\n",
+        "/interface ethernet\n",
+    ]
+    for name, users in ports:
+        note = ", ".join(users)
+        out.append(f'set {name} auto-negotiation=no speed={PORT_SPEED} comment="sparkctl: {note}"\n')
+        out.append(f"set {name} l2mtu={l2mtu}\n")
+        out.append(f"set {name} mtu={sw.mtu}\n")
+    out += [
+        "\n# One bridge, hardware-offloaded: a single L2 domain for the fabric subnets.\n",
+        "/interface bridge\n",
+        _ensure(f"name={BRIDGE}", f'name={BRIDGE} protocol-mode=none comment="sparkctl RoCE fabric"'),
+        "/interface bridge port\n",
+    ]
+    for name, _ in ports:
+        out.append(_ensure(f"interface={name}", f"bridge={BRIDGE} interface={name} hw=yes"))
+    out += [
+        "/interface bridge settings\nset use-ip-firewall=no\n",
+        f"\n# QoS: DSCP {c.ROCE_DSCP} (RoCE) -> class {c.ROCE_PRIO} lossless, DSCP {c.CNP_DSCP} (CNP) -> "
+        f"class {c.CNP_PRIO} strict.\n",
+        "/interface ethernet switch qos profile\n",
+        _ensure("name=sparkctl-roce", f"name=sparkctl-roce traffic-class={c.ROCE_PRIO}"),
+        _ensure("name=sparkctl-cnp", f"name=sparkctl-cnp traffic-class={c.CNP_PRIO}"),
+        "/interface ethernet switch qos map ip\n",
+        _ensure(f"dscp={c.ROCE_DSCP}", f"dscp={c.ROCE_DSCP} profile=sparkctl-roce"),
+        _ensure(f"dscp={c.CNP_DSCP}", f"dscp={c.CNP_DSCP} profile=sparkctl-cnp"),
+        "/interface ethernet switch qos tx-manager queue\n",
+        f"set [find traffic-class={c.ROCE_PRIO}] schedule=high-priority-group weight=1 ecn=yes\n",
+        f"set [find traffic-class={c.CNP_PRIO}] schedule=strict-priority\n",
+        "/interface ethernet switch qos priority-flow-control\n",
+        _ensure(f"name={PFC}", f"name={PFC} traffic-class={c.ROCE_PRIO} rx=yes tx=yes"),
+        "/interface ethernet switch qos port\n",
+    ]
+    for name, _ in ports:
+        out.append(
+            f"set {name} trust-l3=keep pfc={PFC} egress-rate-queue{c.ROCE_PRIO}=200G\n"
+        )
+    out += [
+        "/interface ethernet switch\nset [find] qos-hw-offloading=yes\n",
+        "# Advertise the PFC settings to the hosts (DCBX over LLDP).\n",
+        "/ip neighbor discovery-settings\nset lldp-dcbx=yes\n",
+    ]
+    return "".join(out)
+
+
+def nvue(cluster: Cluster) -> str:
+    sw = cluster.switch
+    out = [
+        c.header(f"RoCE fabric of {cluster.name} on {sw.name} (Cumulus Linux, NVUE)"),
+        "# Run line by line on the switch, or through nvidia.nvue; `nv config apply` commits.\n",
+    ]
+    for name, users in switch_ports(cluster):
+        out += [
+            f'nv set interface {name} description "sparkctl: {", ".join(users)}"\n',
+            f"nv set interface {name} link speed 200G\n",
+            f"nv set interface {name} link mtu {sw.mtu}\n",
+            f"nv set interface {name} bridge domain br_default\n",
+        ]
+    out += [
+        f"# Lossless RoCE: DSCP {c.ROCE_DSCP} -> priority {c.ROCE_PRIO} with PFC and ECN, "
+        f"CNP DSCP {c.CNP_DSCP} -> priority {c.CNP_PRIO}.\n",
+        "nv set qos roce enable on\n",
+        "nv set qos roce mode lossless\n",
+        "nv config apply --assume-yes\n",
+    ]
+    return "".join(out)
+
+
+def linux(cluster: Cluster) -> str:
+    sw = cluster.switch
+    out = [
+        "#!/bin/sh\n",
+        c.header(f"fabric ports of {cluster.name} on the lab switch {sw.name}"),
+        "set -eu\n",
+    ]
+    for name, users in switch_ports(cluster):
+        out.append(f"# {', '.join(users)}\n")
+        out.append(f"ip link set dev {c.shell_command([name])} mtu {sw.mtu}\n")
+        out.append(f"ip link set dev {c.shell_command([name])} up\n")
+    return "".join(out)
+
+
+RENDERERS = {"routeros": routeros, "nvue": nvue, "linux": linux}
+FILE_NAMES = {
+    "routeros": "sparkctl-fabric.rsc",
+    "nvue": "sparkctl-fabric.nvue",
+    "linux": "sparkctl-fabric.sh",
+}
+
+
+def switch_config(cluster: Cluster) -> str:
+    """The candidate configuration for the cluster's switch ('' when there is none)."""
+    if cluster.switch is None:
+        return ""
+    return RENDERERS[cluster.switch.type](cluster)

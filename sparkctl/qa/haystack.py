@@ -33,7 +33,7 @@ _WORDS = (
 _VOCABULARY = _WORDS.split()
 
 INSTRUCTION = (
-    "Three records are hidden in the text below, each written as RECORD name=value. "
+    "Three records, named alpha, beta and gamma, are hidden in the text below. "
     "Read all of the text carefully."
 )
 QUESTION = "Return the three recorded values as a JSON object with string values."

@@ -72,6 +72,8 @@ TOOL = {
     },
 }
 TOOL_VALUE = "73914062"  # what the tool "returns"; the final answer must repeat it
+PLAIN_PROMPT = "In one or two sentences, what is a lighthouse for?"
+PLAIN_MAX_TOKENS = 64
 DETERMINISM_PROMPT = "Write three sentences about the history of the printing press."
 _NUMBER_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
 
@@ -210,13 +212,24 @@ CheckFn = Callable[[_Context], tuple[bool, str, dict[str, Any]]]
 
 
 def check_plain(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
-    resp = ctx.chat(messages=_user("Reply with the single word OK."), max_tokens=16)
+    """Free text comes back as text: words, not a repeated symbol or an empty string, with a sane usage."""
+    resp = ctx.chat(messages=_user(PLAIN_PROMPT), max_tokens=PLAIN_MAX_TOKENS)
     text = _text(resp)
+    problems = []
+    words = re.findall(r"[^\W\d_]+", text)
+    letters = sum(ch.isalpha() or ch.isspace() for ch in text)
+    if len(words) < 3 or len({w.lower() for w in words}) < 3:
+        problems.append("fewer than 3 distinct words")
+    elif letters < 0.6 * len(text):
+        problems.append("mostly symbols")
+    finish = resp.choices[0].finish_reason if resp.choices else None
+    if finish not in ("stop", "length"):
+        problems.append(f"finish_reason {finish!r}")
     usage = resp.usage
-    if usage is None or usage.completion_tokens < 1 or usage.prompt_tokens < 1:
-        return False, f"no usable usage block (got {usage})", {}
-    ok = text.strip().strip(".!").strip().lower() == "ok"
-    return ok, f"answered {_short(text)!r}" + ("" if ok else ", expected 'OK'"), {"answer": text}
+    if usage is None or not 1 <= usage.completion_tokens <= PLAIN_MAX_TOKENS or usage.prompt_tokens < 1:
+        problems.append(f"implausible usage {usage.model_dump() if usage else None}")
+    detail = f"{len(words)} words ({_short(text, 60)!r})"
+    return not problems, detail + (" — " + "; ".join(problems) if problems else ""), {"answer": text}
 
 
 def check_arithmetic(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:

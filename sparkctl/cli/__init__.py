@@ -80,6 +80,7 @@ def _global(
 
 # Modules that add commands to ``app``; each exposes ``register(app)``.
 _COMMAND_MODULES = [
+    "sparkctl.cli.lab",
     "sparkctl.cli.cluster",
     "sparkctl.cli.qa",
 ]

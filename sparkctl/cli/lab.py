@@ -1,0 +1,253 @@
+"""`sparkctl lab …`: the local lab (four systemd-nspawn Sparks and a Linux switch) and its chaos hooks."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from sparkctl import ui
+from sparkctl.errors import EXIT_USAGE, SparkctlError
+
+lab_app = typer.Typer(
+    name="lab",
+    help="The local lab: four systemd-nspawn 'Sparks' and a Linux switch on this machine (root, Linux).",
+    no_args_is_help=True,
+)
+
+DEFAULT_INVENTORY = Path("inventory/lab")
+
+
+def _json(ctx: typer.Context) -> bool:
+    return bool(getattr(ctx.obj, "json", False))
+
+
+def _log(ctx: typer.Context) -> Callable[[str], None]:
+    if _json(ctx):
+        return lambda _m: None
+    return lambda m: ui.err_console.print(f"[dim]·[/dim] {m}")
+
+
+def _parse_nvme(nvme_gib: int | None, per_node: list[str] | None) -> dict[str, int]:
+    from sparkctl.lab import topology as topo
+
+    sizes: dict[str, int] = {}
+    if nvme_gib is not None:
+        sizes = dict.fromkeys(topo.node_names(), nvme_gib)
+    for item in per_node or []:
+        node, sep, gib = item.partition("=")
+        if not sep or not gib.strip().isdigit():
+            raise SparkctlError(f"--nvme {item!r}: expected NODE=GIB, e.g. spark-2=4", exit_code=EXIT_USAGE)
+        sizes[node.strip()] = int(gib)
+    return sizes
+
+
+@lab_app.command("up")
+def up_cmd(
+    ctx: typer.Context,
+    nvme_gib: Annotated[
+        int | None,
+        typer.Option(
+            "--nvme-gib", help="Give every node a size-limited /mnt/nvme (ext4 on a loop device) of N GiB."
+        ),
+    ] = None,
+    nvme: Annotated[
+        list[str] | None,
+        typer.Option("--nvme", help="Per-node NVMe size, NODE=GIB (repeatable; overrides --nvme-gib)."),
+    ] = None,
+) -> None:
+    """Bring the lab up (idempotent) and write its inventory (default inventory/lab)."""
+    from sparkctl.lab import control
+
+    inv = ctx.obj.inventory if ctx.obj.inventory is not None else DEFAULT_INVENTORY
+    report = control.up(inv, _parse_nvme(nvme_gib, nvme), log=_log(ctx))
+    if _json(ctx):
+        ui.print_json(
+            {
+                "inventory": str(report.inventory_dir),
+                "ssh_config": str(report.inventory_dir / "ssh_config"),
+                "rootfs": str(report.rootfs),
+                "rootfs_build_s": report.rootfs_build_s,
+                "started": report.started,
+                "system": report.system,
+                "inventory_changed": report.inventory_changed,
+                "seconds": round(report.seconds, 2),
+            }
+        )
+        return
+    for machine, result in report.system.items():
+        mark = ui.OK if result == "running" else ui.FAIL
+        ui.console.print(f"{mark} {machine:<11} {result}")
+    verb = "started " + ", ".join(report.started) if report.started else "already up, nothing changed"
+    ui.console.print(f"lab up in {report.seconds:.1f}s ({verb})")
+    ui.console.print(
+        f"inventory: {report.inventory_dir}   ssh: ssh -F {report.inventory_dir}/ssh_config spark-0"
+    )
+
+
+@lab_app.command("down")
+def down_cmd(ctx: typer.Context) -> None:
+    """Remove everything the lab made: containers, namespaces, links, mounts, loop devices, inventory."""
+    from sparkctl.lab import control
+
+    left = control.down(log=_log(ctx))
+    if _json(ctx):
+        ui.print_json({"clean": not left, "leftovers": left})
+    if left:
+        raise SparkctlError(
+            "the lab was not removed completely", details=left, hint="run `sparkctl lab down` again"
+        )
+    if not _json(ctx):
+        ui.console.print(f"{ui.OK} lab down: nothing left behind")
+
+
+@lab_app.command("status")
+def status_cmd(ctx: typer.Context) -> None:
+    """Machines, their state, init PID, management address and `systemctl is-system-running`."""
+    from sparkctl.lab import control
+
+    rows = control.status()
+    if _json(ctx):
+        ui.print_json(rows)
+        return
+    table = Table(title="sparkctl lab", title_justify="left")
+    for col in ("machine", "state", "pid", "mgmt ip", "system", "rss MiB"):
+        table.add_column(col)
+    for r in rows:
+        state = f"[green]{r['state']}[/green]" if r["state"] == "running" else f"[red]{r['state']}[/red]"
+        table.add_row(
+            r["machine"], state, str(r["pid"] or "-"), r["mgmt_ip"], r["system"], str(r["rss_mib"] or "-")
+        )
+    ui.console.print(table)
+
+
+@lab_app.command("kill")
+def kill_cmd(
+    ctx: typer.Context, machine: Annotated[str, typer.Argument(help="spark-K or lab-switch")]
+) -> None:
+    """Power a machine off hard (SIGKILL of its init; its NICs lose carrier and addresses)."""
+    from sparkctl.lab import control
+
+    was_on = control.kill(machine)
+    if _json(ctx):
+        ui.print_json({"machine": machine, "was_running": was_on})
+    else:
+        ui.console.print(
+            f"{ui.OK} {machine} powered off" if was_on else f"{ui.SKIP} {machine} was already off"
+        )
+
+
+@lab_app.command("start")
+def start_cmd(
+    ctx: typer.Context, machine: Annotated[str, typer.Argument(help="spark-K or lab-switch")]
+) -> None:
+    """Power a machine on and wait until it answers SSH."""
+    from sparkctl.lab import control
+
+    started = control.start(machine, log=_log(ctx))
+    if _json(ctx):
+        ui.print_json({"machine": machine, "started": started})
+    else:
+        ui.console.print(f"{ui.OK} {machine} is up" + ("" if started else " (was already running)"))
+
+
+class LinkState(StrEnum):
+    up = "up"
+    down = "down"
+
+
+class HalfKey(StrEnum):
+    a = "a"
+    b = "b"
+
+
+@lab_app.command("link")
+def link_cmd(
+    ctx: typer.Context,
+    node: Annotated[str, typer.Argument(help="spark-K")],
+    to: Annotated[LinkState, typer.Argument(help="down: pull the cable; up: plug it back")],
+    half: Annotated[
+        HalfKey | None, typer.Option("--half", help="Only this PCIe half's fabric cable (a or b).")
+    ] = None,
+    mgmt: Annotated[bool, typer.Option("--mgmt", help="The management cable instead of the fabric.")] = False,
+) -> None:
+    """Cut or restore a node's fabric link(s) at the lab switch (or its management link)."""
+    from sparkctl.lab import control
+
+    touched = control.set_link(node, to is LinkState.up, [half.value] if half else None, mgmt=mgmt)
+    if _json(ctx):
+        ui.print_json({"node": node, "state": to.value, "ports": touched})
+    else:
+        ui.console.print(f"{ui.OK} {node}: {', '.join(touched)} {to.value}")
+
+
+@lab_app.command("mtu")
+def mtu_cmd(
+    ctx: typer.Context,
+    port: Annotated[str, typer.Argument(help="Lab switch port, e.g. s2a (node 2, half A)")],
+    mtu: Annotated[int, typer.Argument(help="New MTU (switch default 9216)")],
+) -> None:
+    """Set a lab switch port's MTU; frames above it really drop."""
+    from sparkctl.lab import control
+
+    before = control.set_port_mtu(port, mtu)
+    if _json(ctx):
+        ui.print_json({"port": port, "mtu": mtu, "previous": before})
+    else:
+        ui.console.print(f"{ui.OK} lab-switch {port}: MTU {before} → {mtu}")
+
+
+@lab_app.command("fill")
+def fill_cmd(
+    ctx: typer.Context,
+    node: Annotated[str, typer.Argument(help="spark-K")],
+    gib: Annotated[float | None, typer.Option("--gib", help="Allocate this many GiB on /mnt/nvme.")] = None,
+    free_mib: Annotated[
+        int | None, typer.Option("--free-mib", help="Fill /mnt/nvme until only this many MiB are free.")
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove the fill file.")] = False,
+) -> None:
+    """Fill a node's NVMe (a size-limited one from `lab up --nvme-gib`) to test "disk too small"."""
+    from sparkctl.lab import control
+
+    result = control.fill_nvme(node, gib=gib, free_mib=free_mib, clear=clear)
+    if _json(ctx):
+        ui.print_json({"node": node, **result})
+    else:
+        ui.console.print(
+            f"{ui.OK} {node} /mnt/nvme: {result['free_bytes'] / 2**20:.0f} MiB free "
+            f"of {result['size_bytes'] / 2**20:.0f} MiB"
+        )
+
+
+@lab_app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def exec_cmd(
+    machine: Annotated[str, typer.Argument(help="spark-K or lab-switch")],
+    command: Annotated[
+        list[str] | None, typer.Argument(help="Command to run inside (after --); default a shell")
+    ] = None,
+) -> None:
+    """Run a command inside a machine (all its namespaces), without SSH. Exit code is passed through."""
+    from sparkctl.lab import control, host, state
+
+    host.require_root_linux("exec")
+    control.check_machine(machine)
+    st = state.load()
+    pid = control.init_pid(machine, st)
+    if pid is None:
+        raise SparkctlError(
+            f"{machine} is not running", hint=f"sparkctl lab start {machine}", exit_code=EXIT_USAGE
+        )
+    argv = command or ["/bin/bash", "-l"]
+    env_args = [f"{k}={v}" for k, v in control.NODE_ENV.items()]
+    rc = subprocess.call(["nsenter", "-t", str(pid), "-a", "--", "env", "-i", *env_args, *argv])
+    raise typer.Exit(rc)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(lab_app, name="lab")

@@ -1,0 +1,249 @@
+"""Commands on the controller host (root): a thin, error-reporting wrapper over subprocess and /proc."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from sparkctl.errors import EXIT_USAGE, SparkctlError
+
+# apt packages the controller needs for the lab (kept here once; the README and CI list these).
+HOST_APT_PACKAGES = (
+    "systemd-container",
+    "debootstrap",
+    "openssh-client",
+    "iproute2",
+    "e2fsprogs",
+    "util-linux",
+)
+
+# executable -> apt package that provides it
+_TOOLS = {
+    "systemd-nspawn": "systemd-container",
+    "ip": "iproute2",
+    "ssh": "openssh-client",
+    "ssh-keygen": "openssh-client",
+    "nsenter": "util-linux",
+    "losetup": "util-linux",
+    "mount": "mount",
+    "mkfs.ext4": "e2fsprogs",
+}
+
+
+def require_root_linux(action: str) -> None:
+    """The lab builds namespaces, bridges and mounts: Linux and root only (exit 2 otherwise)."""
+    if platform.system() != "Linux":
+        raise SparkctlError(
+            f"`sparkctl lab {action}` needs Linux (this is {platform.system()})",
+            hint="run the lab on a Linux machine or VM (Debian 12 is tested)",
+            exit_code=EXIT_USAGE,
+        )
+    if os.geteuid() != 0:
+        raise SparkctlError(
+            f"`sparkctl lab {action}` needs root (it creates network namespaces, bridges and mounts)",
+            hint=f"run it as root, e.g. `sudo sparkctl lab {action}`",
+            exit_code=EXIT_USAGE,
+        )
+
+
+def require_tools(names: Sequence[str]) -> None:
+    missing = [n for n in names if shutil.which(n) is None]
+    if missing:
+        pkgs = sorted({_TOOLS.get(n, n) for n in missing})
+        raise SparkctlError(
+            f"missing tools for the lab: {', '.join(missing)}",
+            hint=f"install them: apt-get install -y {' '.join(pkgs)}",
+            exit_code=EXIT_USAGE,
+        )
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    check: bool = True,
+    input: str | None = None,
+    timeout: float | None = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run a command, capture its output; on failure raise SparkctlError naming the command."""
+    try:
+        proc = subprocess.run(
+            list(argv),
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )
+    except FileNotFoundError as exc:
+        raise SparkctlError(f"command not found: {argv[0]}", hint="install the lab's host packages") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SparkctlError(f"command timed out after {timeout}s: {' '.join(argv)}") from exc
+    if check and proc.returncode != 0:
+        raise SparkctlError(
+            f"command failed (exit {proc.returncode}): {' '.join(argv)}",
+            details=[line for line in (proc.stderr or proc.stdout).strip().splitlines()[-8:] if line],
+        )
+    return proc
+
+
+def ok(argv: Sequence[str]) -> bool:
+    """True when the command exits 0 (output discarded)."""
+    return run(argv, check=False).returncode == 0
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+# --- processes -------------------------------------------------------------------------------
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie is dead for our purposes
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def pid_start_time(pid: int) -> int | None:
+    """Start time of a process in clock ticks since boot (guards against PID reuse)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [p.decode(errors="replace") for p in raw.split(b"\0") if p]
+
+
+def all_pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            text = Path(f"/proc/{pid}/task/{task}/children").read_text()
+            out.extend(int(c) for c in text.split())
+    except OSError:
+        pass
+    return out
+
+
+def ns_pid_is_one(pid: int) -> bool:
+    """True when `pid` is PID 1 of its own (nested) PID namespace: a container's init."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                parts = line.split()[1:]
+                return len(parts) >= 2 and parts[-1] == "1"
+    except OSError:
+        pass
+    return False
+
+
+def kill(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+# --- mounts and loop devices ------------------------------------------------------------------
+
+
+def mountpoints_under(root: Path) -> list[Path]:
+    """Mount points at or below `root` in this mount namespace, deepest first."""
+    found: list[Path] = []
+    prefix = str(root.resolve()) if root.exists() else str(root)
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        mp = line.split()[4].replace("\\040", " ")
+        if mp == prefix or mp.startswith(prefix.rstrip("/") + "/"):
+            found.append(Path(mp))
+    return sorted(set(found), key=lambda p: len(p.parts), reverse=True)
+
+
+def is_mountpoint(path: Path) -> bool:
+    return path in mountpoints_under(path) if path.exists() else False
+
+
+def loop_devices_backed_by(root: Path) -> list[str]:
+    """Loop devices whose backing file lies under `root`."""
+    out: list[str] = []
+    prefix = str(root.resolve()) if root.exists() else str(root)
+    base = Path("/sys/block")
+    if not base.is_dir():
+        return out
+    for dev in sorted(base.glob("loop*")):
+        backing = dev / "loop" / "backing_file"
+        try:
+            path = backing.read_text().strip()
+        except OSError:
+            continue
+        if path.startswith(prefix.rstrip("/") + "/") or path.removesuffix(" (deleted)").startswith(prefix):
+            out.append(f"/dev/{dev.name}")
+    return out
+
+
+# --- network namespaces and links -----------------------------------------------------------
+
+
+def netns_list() -> list[str]:
+    try:
+        return sorted(os.listdir("/run/netns"))
+    except OSError:
+        return []
+
+
+def netns_pids(ns: str) -> list[int]:
+    proc = run(["ip", "netns", "pids", ns], check=False)
+    return [int(p) for p in proc.stdout.split() if p.isdigit()] if proc.returncode == 0 else []
+
+
+def link_exists(name: str, ns: str | None = None) -> bool:
+    argv = ["ip", *(["-n", ns] if ns else []), "link", "show", "dev", name]
+    return ok(argv)
+
+
+def links(ns: str | None = None) -> list[str]:
+    argv = ["ip", *(["-n", ns] if ns else []), "-o", "link", "show"]
+    proc = run(argv, check=False)
+    names = []
+    for line in proc.stdout.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) >= 2:
+            names.append(parts[1].strip().split("@", 1)[0])
+    return names
+
+
+def link_mtu(name: str, ns: str | None = None) -> int | None:
+    argv = ["ip", *(["-n", ns] if ns else []), "-o", "link", "show", "dev", name]
+    proc = run(argv, check=False)
+    if proc.returncode != 0:
+        return None
+    words = proc.stdout.split()
+    return int(words[words.index("mtu") + 1]) if "mtu" in words else None

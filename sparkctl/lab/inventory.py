@@ -1,0 +1,214 @@
+"""The lab's inventory, in exactly the format of inventory/example/ (hosts.yml + group_vars/all/sparkctl.yml),
+plus the recorded host keys (known_hosts) and an ssh_config for people.
+
+Rendering is pure (``render_files``); ``write`` puts the files on disk and only touches a file
+whose content changed, so a repeated `lab up` leaves the inventory as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sparkctl.lab import topology as topo
+
+HOSTS_FILE = "hosts.yml"
+GROUP_VARS_FILE = "group_vars/all/sparkctl.yml"
+KNOWN_HOSTS_FILE = "known_hosts"
+SSH_CONFIG_FILE = "ssh_config"
+MARKER_FILE = ".written-by-sparkctl-lab"
+
+# Same layout as a real site, under the lab's private /mnt/nvme.
+NVME_MOUNT = "/mnt/nvme"
+LAB_PORTS = {"dist_init": 29649, "api": 8004, "nccl_test": 29659}
+LAB_PATHS = {
+    "model_dir": f"{NVME_MOUNT}/models/DeepSeek-V4.1-Flash",
+    "engram_dir": f"{NVME_MOUNT}/engram-tp4",
+    "run_dir": "/srv/sparkctl/run",
+    "nvme_mount": NVME_MOUNT,
+}
+
+_HEADER = (
+    "---\n"
+    "# Written by `sparkctl lab up` for the local lab; rewritten on every `up`, removed by `down`.\n"
+    "# Same format as inventory/example/ (see there for what each key means).\n"
+)
+
+
+@dataclass(frozen=True)
+class LabInventory:
+    """Inputs of the lab inventory that are not fixed wiring (all paths absolute)."""
+
+    inventory_dir: Path
+    private_key: Path
+    api_key_file: Path
+    checkpoint_dir: Path
+    host_keys: Mapping[str, str]  # machine -> "ssh-ed25519 AAAA..."
+    nvme_gib: Mapping[str, int | None]  # node -> size of its /mnt/nvme filesystem, if limited
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.inventory_dir / KNOWN_HOSTS_FILE
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.inventory_dir / SSH_CONFIG_FILE
+
+
+def ssh_common_args(inv: LabInventory) -> str:
+    return (
+        f"-o UserKnownHostsFile={inv.known_hosts} -o StrictHostKeyChecking=yes "
+        "-o GlobalKnownHostsFile=/dev/null -o IdentitiesOnly=yes"
+    )
+
+
+def hosts_document(inv: LabInventory) -> dict[str, Any]:
+    sparks: dict[str, Any] = {}
+    for rank, node in enumerate(topo.node_names()):
+        entry: dict[str, Any] = {
+            "ansible_host": str(topo.mgmt_ip(node)),
+            "sparkctl_rank": rank,
+            "sparkctl_fabric_ports": [
+                {"netdev": h.netdev, "hca": h.hca, "address": str(topo.fabric_ip(node, h))}
+                for h in topo.HALVES
+            ],
+        }
+        gib = inv.nvme_gib.get(node)
+        if gib is not None:
+            entry["sparkctl_nvme_gib"] = gib
+        sparks[node] = entry
+    switch = {
+        "ansible_host": str(topo.mgmt_ip(topo.SWITCH_NAME)),
+        "sparkctl_switch_type": "linux",
+        "sparkctl_switch_mtu": topo.SWITCH_PORT_MTU,
+        "sparkctl_switch_l2mtu": topo.SWITCH_PORT_MTU,
+        "sparkctl_switch_ports": {
+            node: {h.netdev: topo.switch_port(node, h) for h in topo.HALVES} for node in topo.node_names()
+        },
+    }
+    return {
+        "all": {
+            "vars": {
+                "ansible_user": "root",
+                "ansible_become": False,
+                "ansible_ssh_private_key_file": str(inv.private_key),
+                "ansible_ssh_common_args": ssh_common_args(inv),
+                "ansible_python_interpreter": "/usr/bin/python3",
+            },
+            "children": {
+                "sparks": {"hosts": sparks},
+                "switches": {"hosts": {topo.SWITCH_NAME: switch}},
+            },
+        }
+    }
+
+
+def group_vars_document(inv: LabInventory) -> dict[str, Any]:
+    return {
+        "sparkctl_cluster_name": topo.CLUSTER_NAME,
+        "sparkctl_profile": "lab",
+        "sparkctl_profile_overrides": {},
+        "sparkctl_runtime": {"kind": "lab", "allow_mutable_tag": False, "venv_path": "/opt/sparkctl/venv"},
+        "sparkctl_mgmt": {"subnet": str(topo.MGMT_SUBNET), "interface": topo.MGMT_IFACE},
+        "sparkctl_fabric": {
+            "subnets": [str(h.subnet) for h in topo.HALVES],
+            "mtu": topo.HOST_FABRIC_MTU,
+            # The QoS role skips itself where no RDMA device exists (the lab); keeping the intent
+            # on means NCCL_IB_TC is rendered exactly as on a real site.
+            "host_qos": True,
+            "bootstrap_over": "fabric",
+            "stage_over_fabric": True,
+        },
+        "sparkctl_ports": dict(LAB_PORTS),
+        "sparkctl_api_allow": [str(topo.MGMT_SUBNET)],
+        "sparkctl_paths": dict(LAB_PATHS),
+        "sparkctl_checkpoint": {"source": "dir", "path": str(inv.checkpoint_dir), "on": "controller"},
+        "sparkctl_secrets": {"api_key": {"file": str(inv.api_key_file)}},
+    }
+
+
+def known_hosts_text(host_keys: Mapping[str, str]) -> str:
+    lines = [f"{m},{topo.mgmt_ip(m)} {host_keys[m].strip()}" for m in topo.machines() if m in host_keys]
+    return "\n".join(lines) + "\n"
+
+
+def ssh_config_text(inv: LabInventory) -> str:
+    out = ["# Written by `sparkctl lab up`: ssh -F <this file> spark-2", ""]
+    for m in topo.machines():
+        out += [f"Host {m}", f"  HostName {topo.mgmt_ip(m)}", ""]
+    out += [
+        f"Host {' '.join(topo.machines())}",
+        "  User root",
+        f"  IdentityFile {inv.private_key}",
+        "  IdentitiesOnly yes",
+        f"  UserKnownHostsFile {inv.known_hosts}",
+        "  GlobalKnownHostsFile /dev/null",
+        "  StrictHostKeyChecking yes",
+        "  BatchMode yes",
+        "  ConnectTimeout 5",
+        "  LogLevel ERROR",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def _yaml(doc: dict[str, Any]) -> str:
+    return _HEADER + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=200)
+
+
+def render_files(inv: LabInventory) -> dict[str, str]:
+    """Relative path -> content of every file of the lab inventory."""
+    return {
+        HOSTS_FILE: _yaml(hosts_document(inv)),
+        GROUP_VARS_FILE: _yaml(group_vars_document(inv)),
+        KNOWN_HOSTS_FILE: known_hosts_text(inv.host_keys),
+        SSH_CONFIG_FILE: ssh_config_text(inv),
+        MARKER_FILE: "This directory is written by `sparkctl lab up` and removed by `sparkctl lab down`.\n",
+    }
+
+
+def write(inv: LabInventory) -> list[str]:
+    """Write the inventory; return the relative paths whose content changed."""
+    changed = []
+    for rel, content in render_files(inv).items():
+        path = inv.inventory_dir / rel
+        try:
+            if path.read_text() == content:
+                continue
+        except OSError:
+            pass
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(content)
+        os.chmod(tmp, 0o644)
+        tmp.replace(path)
+        changed.append(rel)
+    return changed
+
+
+def remove(inventory_dir: Path) -> bool:
+    """Remove a lab inventory directory, but only one this module wrote (it carries the marker)."""
+    if not (inventory_dir / MARKER_FILE).is_file():
+        return False
+    for rel in (*render_files_names(), MARKER_FILE):
+        (inventory_dir / rel).unlink(missing_ok=True)
+    for d in sorted(
+        (p for p in inventory_dir.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
+    ):
+        with contextlib.suppress(OSError):
+            d.rmdir()
+    try:
+        inventory_dir.rmdir()
+    except OSError:
+        return False
+    return True
+
+
+def render_files_names() -> tuple[str, ...]:
+    return (HOSTS_FILE, GROUP_VARS_FILE, KNOWN_HOSTS_FILE, SSH_CONFIG_FILE)

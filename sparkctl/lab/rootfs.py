@@ -1,0 +1,242 @@
+"""The lab's Debian root filesystem: debootstrapped once, cached outside the repository, shared read-only.
+
+Every lab container (the four nodes and the switch) boots a copy-on-write overlay of this tree.
+Everything the roles install must already be in it: the nodes have no route to any mirror, so
+Ansible's apt module only ever finds packages present (``ROOTFS_PACKAGES`` is that list).
+The mirror is read from this machine's own apt sources at run time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkctl.errors import EXIT_USAGE, SparkctlError
+from sparkctl.lab import host
+
+SUITE = "bookworm"
+VARIANT = "minbase"
+
+# Everything the lab containers need, and everything the provision roles install on a node
+# (spark_base, spark_fabric, spark_qos, spark_runtime kind=lab, spark_firewall). The roles'
+# package lists must stay a subset of this list: reference it, do not repeat it.
+ROOTFS_PACKAGES: tuple[str, ...] = (
+    # boot and management
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "udev",  # udevadm, needed by `netplan apply`
+    "openssh-server",
+    "openssh-client",
+    "sudo",
+    "procps",
+    "kmod",
+    "less",
+    # network: netplan + networkd, firewall, fabric tools
+    "netplan.io",
+    "iproute2",  # ip, dcb, rdma
+    "iputils-ping",
+    "nftables",
+    "ethtool",
+    "rdma-core",
+    "ibverbs-utils",
+    "pciutils",
+    "dmidecode",
+    # base role
+    "chrony",
+    "rsync",
+    "jq",
+    "curl",
+    "ca-certificates",
+    "lsof",
+    # Ansible on the node (python3-apt for the apt module, offline) and the rank simulator
+    "python3",
+    "python3-apt",
+    "python3-yaml",
+    "python3-venv",
+    "python3-pip",
+)
+
+# Bump when the post-debootstrap fix-ups below change, so caches are rebuilt.
+_RECIPE_VERSION = "1"
+_COMPLETE_MARKER = ".sparkctl-rootfs-complete"
+DEFAULT_CACHE_DIR = Path("/var/cache/sparkctl")
+
+
+@dataclass(frozen=True)
+class Mirror:
+    uri: str
+    keyring: str | None = None
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPARKCTL_ROOTFS_CACHE", str(DEFAULT_CACHE_DIR)))
+
+
+def cache_key(packages: tuple[str, ...] = ROOTFS_PACKAGES) -> str:
+    text = "\n".join([SUITE, VARIANT, _RECIPE_VERSION, *sorted(set(packages))])
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def rootfs_path(packages: tuple[str, ...] = ROOTFS_PACKAGES) -> Path:
+    return cache_dir() / f"rootfs-{SUITE}-{cache_key(packages)}"
+
+
+def is_built(path: Path) -> bool:
+    return (path / _COMPLETE_MARKER).is_file()
+
+
+# --- mirror discovery -----------------------------------------------------------------------
+
+
+def parse_deb822_sources(text: str) -> list[dict[str, str]]:
+    """Stanzas of a deb822 ``.sources`` file (comments dropped, continuation lines joined)."""
+    stanzas: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    key = None
+    for raw in [*text.splitlines(), ""]:
+        if raw.startswith("#"):
+            continue
+        if not raw.strip():
+            if current:
+                stanzas.append(current)
+            current, key = {}, None
+            continue
+        if raw[0] in " \t" and key:
+            current[key] += " " + raw.strip()
+            continue
+        if ":" in raw:
+            key, value = raw.split(":", 1)
+            key = key.strip().lower()
+            current[key] = value.strip()
+    return stanzas
+
+
+def mirrors_from_deb822(text: str, suite: str = SUITE) -> list[Mirror]:
+    out = []
+    for st in parse_deb822_sources(text):
+        if st.get("enabled", "yes").lower() == "no":
+            continue
+        if "deb" not in st.get("types", "").split() or suite not in st.get("suites", "").split():
+            continue
+        if "main" not in st.get("components", "").split():
+            continue
+        for uri in st.get("uris", "").split():
+            out.append(Mirror(uri.rstrip("/"), st.get("signed-by") or None))
+    return out
+
+
+_LIST_LINE = re.compile(
+    r"^\s*deb\s+(?:\[(?P<opts>[^\]]*)\]\s+)?(?P<uri>\S+)\s+(?P<suite>\S+)\s+(?P<comps>.+)$"
+)
+
+
+def mirrors_from_list(text: str, suite: str = SUITE) -> list[Mirror]:
+    out = []
+    for line in text.splitlines():
+        m = _LIST_LINE.match(line.split("#", 1)[0])
+        if not m or m.group("suite") != suite or "main" not in m.group("comps").split():
+            continue
+        keyring = None
+        for opt in (m.group("opts") or "").split():
+            if opt.startswith("signed-by="):
+                keyring = opt.split("=", 1)[1]
+        out.append(Mirror(m.group("uri").rstrip("/"), keyring))
+    return out
+
+
+def find_mirror(apt_dir: Path = Path("/etc/apt")) -> Mirror:
+    """The Debian mirror this machine already uses for ``SUITE`` main (or $SPARKCTL_LAB_MIRROR)."""
+    override = os.environ.get("SPARKCTL_LAB_MIRROR")
+    if override:
+        return Mirror(override.rstrip("/"))
+    found: list[Mirror] = []
+    sources_d = apt_dir / "sources.list.d"
+    if sources_d.is_dir():
+        for f in sorted(sources_d.glob("*.sources")):
+            found += mirrors_from_deb822(f.read_text(errors="replace"))
+        for f in sorted(sources_d.glob("*.list")):
+            found += mirrors_from_list(f.read_text(errors="replace"))
+    main_list = apt_dir / "sources.list"
+    if main_list.is_file():
+        found += mirrors_from_list(main_list.read_text(errors="replace"))
+    if not found:
+        raise SparkctlError(
+            f"no Debian {SUITE} mirror found in {apt_dir}/sources.list(.d)",
+            hint="set SPARKCTL_LAB_MIRROR to a Debian mirror URL that serves bookworm/main",
+            exit_code=EXIT_USAGE,
+        )
+    return found[0]
+
+
+# --- build ----------------------------------------------------------------------------------
+
+
+def ensure(log_path: Path | None = None) -> tuple[Path, float | None]:
+    """Return the cached rootfs, building it first if needed: (path, build seconds or None if cached)."""
+    path = rootfs_path()
+    if is_built(path):
+        return path, None
+    return path, build(path, log_path)
+
+
+def build(path: Path, log_path: Path | None = None) -> float:
+    host.require_tools(["debootstrap", "chroot"])
+    mirror = find_mirror()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    for stale in path.parent.glob(f"{path.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    argv = ["debootstrap", f"--variant={VARIANT}", f"--include={','.join(ROOTFS_PACKAGES)}"]
+    if mirror.keyring and Path(mirror.keyring).is_file():
+        argv.append(f"--keyring={mirror.keyring}")
+    argv += [SUITE, str(tmp), mirror.uri]
+    t0 = time.monotonic()
+    proc = host.run(argv, check=False, timeout=1800)
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-6:]
+        raise SparkctlError(
+            f"debootstrap of the lab rootfs failed (exit {proc.returncode}) from {mirror.uri}",
+            hint=f"see {log_path}" if log_path else "check the mirror and the network",
+            details=tail,
+        )
+    _fix_up(tmp)
+    (tmp / _COMPLETE_MARKER).write_text(
+        f"suite={SUITE}\nvariant={VARIANT}\nmirror={mirror.uri}\npackages={','.join(ROOTFS_PACKAGES)}\n"
+    )
+    if path.exists():
+        shutil.rmtree(path)
+    tmp.rename(path)
+    return time.monotonic() - t0
+
+
+def _fix_up(root: Path) -> None:
+    """Make the tree a neutral template: no shared identity, networkd on, container-friendly."""
+    # Identity is per node (written into each overlay): no shared host keys or machine-id.
+    for key in (root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    (root / "etc/machine-id").write_text("")
+    dbus_id = root / "var/lib/dbus/machine-id"
+    if dbus_id.is_symlink() or dbus_id.exists():
+        dbus_id.unlink()
+    dbus_id.symlink_to("/etc/machine-id")
+    # Downloaded .debs are not needed; the package lists stay so the apt module can resolve names.
+    for deb in (root / "var/cache/apt/archives").glob("*.deb"):
+        deb.unlink()
+    # netplan renders for networkd; make sure it runs on boot.
+    host.run(["chroot", str(root), "systemctl", "enable", "systemd-networkd.service"])
+    # There is no hardware clock or console login to manage in a container.
+    wants = root / "etc/systemd/system"
+    for unit in ("getty@tty1.service", "systemd-timesyncd.service"):
+        link = wants / unit
+        if not link.exists() and not link.is_symlink():
+            link.symlink_to("/dev/null")

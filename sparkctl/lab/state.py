@@ -1,0 +1,139 @@
+"""Where the lab keeps its files, and the runtime state file that records what `up` created.
+
+Persistent per-lab files (keys, overlay upper dirs, NVMe images, console logs) live under
+``lab_dir()`` (default /var/lib/sparkctl/lab). What is running (container PIDs, loop devices, the
+inventory written) is recorded in ``run_dir()/state.json`` (default /run/sparkctl-lab), so `down`
+removes exactly that, and a run that crashed is recognised and cleaned by the next `up`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_LAB_DIR = Path("/var/lib/sparkctl/lab")
+DEFAULT_RUN_DIR = Path("/run/sparkctl-lab")
+STATE_VERSION = 1
+
+
+def lab_dir() -> Path:
+    return Path(os.environ.get("SPARKCTL_LAB_DIR", str(DEFAULT_LAB_DIR)))
+
+
+def run_dir() -> Path:
+    return Path(os.environ.get("SPARKCTL_LAB_RUN_DIR", str(DEFAULT_RUN_DIR)))
+
+
+def state_file() -> Path:
+    return run_dir() / "state.json"
+
+
+def controller_key() -> Path:
+    return lab_dir() / "id_ed25519"
+
+
+def api_key_file() -> Path:
+    return lab_dir() / "api_key"
+
+
+def checkpoint_dir() -> Path:
+    """Default controller-side checkpoint source for the lab (filled by stage tests; never removed)."""
+    return lab_dir() / "checkpoint"
+
+
+def machines_dir() -> Path:
+    return lab_dir() / "machines"
+
+
+def machine_dir(name: str) -> Path:
+    return machines_dir() / name
+
+
+@dataclass
+class MachinePaths:
+    root: Path
+
+    @property
+    def upper(self) -> Path:
+        return self.root / "upper"
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def merged(self) -> Path:
+        return self.root / "merged"
+
+    @property
+    def nvme(self) -> Path:
+        return self.root / "nvme"
+
+    @property
+    def nvme_image(self) -> Path:
+        return self.root / "nvme.img"
+
+    @property
+    def console_log(self) -> Path:
+        return self.root / "console.log"
+
+
+def paths(name: str) -> MachinePaths:
+    return MachinePaths(machine_dir(name))
+
+
+@dataclass
+class MachineState:
+    pid: int | None = None  # the systemd-nspawn process
+    pid_start: int | None = None  # its start time (clock ticks), guards against PID reuse
+    loop: str | None = None  # loop device holding /mnt/nvme, when size-limited
+    nvme_gib: int | None = None
+
+
+@dataclass
+class LabState:
+    version: int = STATE_VERSION
+    rootfs: str = ""
+    inventory_dir: str = ""
+    machines: dict[str, MachineState] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LabState:
+        machines = {k: MachineState(**v) for k, v in (data.get("machines") or {}).items()}
+        return cls(
+            version=int(data.get("version", 0)),
+            rootfs=str(data.get("rootfs", "")),
+            inventory_dir=str(data.get("inventory_dir", "")),
+            machines=machines,
+        )
+
+
+def load() -> LabState | None:
+    """The recorded state, or None when there is none (or it is unreadable: treated as a crash)."""
+    try:
+        data = json.loads(state_file().read_text())
+        st = LabState.from_dict(data)
+    except (OSError, ValueError, TypeError):
+        return None
+    return st if st.version == STATE_VERSION else None
+
+
+def save(st: LabState) -> None:
+    f = state_file()
+    f.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = f.with_suffix(".tmp")
+    tmp.write_text(st.to_json())
+    tmp.replace(f)
+
+
+def clear() -> None:
+    state_file().unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        run_dir().rmdir()

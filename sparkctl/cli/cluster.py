@@ -121,3 +121,6 @@ def validate(ctx: typer.Context) -> None:
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the main app."""
     app.command("validate")(validate)
+    from sparkctl.cli import plan_cmd  # plan, profiles [show NAME], switch show
+
+    plan_cmd.register(app)

@@ -1,0 +1,344 @@
+"""``sparkctl-sim-rank``: one simulated SGLang rank (entry point and lifecycle).
+
+Usage: ``sparkctl-sim-rank [serve] <the SGLang argv>`` with the environment a real rank gets; the
+simulator's own knobs are ``SPARKCTL_SIM_*`` environment variables (``--sim-help`` lists them).
+
+Lifecycle: bind HTTP (answers 503 until ready) → rendezvous at --dist-init-addr → "load" (boot
+delay, memory held) → workers report ready, rank 0 warms up and logs "The server is fired up and
+ready to roll!". SIGTERM on rank 0 drains in-flight requests (at once with SGL_FORCE_SHUTDOWN=1 or
+when the group is already broken), broadcasts shutdown and exits 0; workers ignore SIGTERM and exit
+0 on that broadcast, or 1 some seconds after losing rank 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from sparkctl.sim import SGLANG_VERSION
+from sparkctl.sim.config import KNOBS, PROG, ArgError, Knobs, ServerConfig, load_knobs, parse_argv
+from sparkctl.sim.log import Log
+from sparkctl.sim.model import Responder
+from sparkctl.sim.rendezvous import Head, Worker
+from sparkctl.sim.server import Scheduler, SimHTTPServer, banner, environment_snapshot
+
+MIB = 1024 * 1024
+PAGE = 4096
+
+
+class RankProcess:
+    def __init__(self, cfg: ServerConfig, knobs: Knobs, log: Log | None = None) -> None:
+        self.cfg = cfg
+        self.knobs = knobs
+        self.log = log or Log(cfg.node_rank)
+        self.started_wall = time.time()
+        self.booted = threading.Event()  # this rank finished "loading"
+        self.up = threading.Event()  # rank 0: warmed up, serving
+        self.exiting = threading.Event()
+        self.sched = Scheduler(cfg.max_running_requests)
+        self.responder = Responder(knobs, cfg.served_model_name)
+        self.held: bytearray | None = None
+        self._exit = threading.Event()
+        self._exit_code = 0
+        self._exit_lock = threading.Lock()
+        self.group: Head | Worker
+        if cfg.is_head:
+            self.group = Head(cfg, knobs, self.log, on_fatal=self._fatal)
+        else:
+            self.group = Worker(cfg, knobs, self.log, on_formed=self._on_formed, on_exit=self.request_exit)
+        self.http: SimHTTPServer | None = None
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def status_reason(self) -> str:
+        problem = self.group.problem()
+        if problem:
+            return problem
+        if not self.booted.is_set():
+            return "loading (simulated weight load)"
+        return "ready"
+
+    def health_problem(self) -> str | None:
+        """None when rank 0 can serve; otherwise why /health, /ready and the API answer 503."""
+        if self.exiting.is_set():
+            return "shutting down"
+        problem = self.group.problem()
+        if problem:
+            return problem
+        if not self.booted.is_set():
+            return "loading (simulated weight load)"
+        if not self.up.is_set():
+            return (
+                "warming up"
+                if not self.knobs.has("never-ready")
+                else "warmup never finishes (fault never-ready)"
+            )
+        return None
+
+    def status_word(self) -> str:
+        if self.exiting.is_set():
+            return "Exiting"
+        if isinstance(self.group, Head) and self.group.lost:
+            return "UnHealthy"
+        return "Up" if self.up.is_set() else "Starting"
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def request_exit(self, code: int, why: str) -> None:
+        with self._exit_lock:
+            if self._exit.is_set():
+                return
+            self._exit_code = code
+            self.log.info(f"exiting with status {code}: {why}")
+            self._exit.set()
+
+    def _fatal(self, message: str) -> None:
+        self.log.error(message)
+        self.request_exit(1, "fatal error")
+
+    def _on_formed(self) -> None:
+        threading.Thread(target=self._boot, name="sim-boot", daemon=True).start()
+
+    def _hold_memory(self) -> None:
+        if self.knobs.hold_mib <= 0:
+            return
+        size = self.knobs.hold_mib * MIB
+        try:
+            buf = bytearray(size)
+        except MemoryError:
+            self._fatal(f"cannot allocate SPARKCTL_SIM_HOLD_MIB={self.knobs.hold_mib} MiB (out of memory)")
+            return
+        buf[::PAGE] = b"\x01" * len(range(0, size, PAGE))  # touch every page so it is really resident
+        self.held = buf
+        self.log.info(f"holding {self.knobs.hold_mib} MiB of memory (simulated weights and KV cache)")
+
+    def _boot(self) -> None:
+        self.log.info("Load weight begin. (simulated)")
+        self._hold_memory()
+        time.sleep(self.knobs.boot_delay_s)
+        self.log.info(f"Load weight end. (simulated, {self.knobs.boot_delay_s:g} s)")
+        self.booted.set()
+        if isinstance(self.group, Worker):
+            self.group.mark_booted()
+            self.log.info(
+                f"Dummy health check server ready on {self.cfg['host']}:{self.cfg['port']}: node_rank "
+                f"{self.cfg.node_rank} finished init (/health, /ping and /health_generate now return 200)"
+            )
+            return
+        # rank 0: wait for the whole group, then warm up
+        while not self._exit.is_set():
+            problem = self.group.problem()
+            if problem is None:
+                break
+            if isinstance(self.group, Head) and self.group.lost:
+                return
+            self.log.throttled("warmup-wait", 10, f"waiting before warmup: {problem}")
+            time.sleep(0.1)
+        if self._exit.is_set():
+            return
+        if self.knobs.has("never-ready"):
+            self.log.warning("fault never-ready: the warmup request never completes; /ready stays 503")
+            return
+        self.log.info("Start of warmup: sending a warmup generate request (simulated)")
+        self.up.set()
+        self.log.info("The server is fired up and ready to roll!")
+
+    def _drain_and_exit(self) -> None:
+        force = os.environ.get("SGL_FORCE_SHUTDOWN", "").lower() in ("1", "true", "yes", "on")
+        broken = isinstance(self.group, Head) and bool(self.group.lost)
+        self.exiting.set()
+        if force or broken:
+            why = "SGL_FORCE_SHUTDOWN=1" if force else "the group is already unhealthy"
+            self.log.info(f"SIGTERM received; shutting down at once ({why})")
+        else:
+            self.log.info(
+                f"SIGTERM received; draining: new requests get 503, waiting for {self.sched.in_flight} "
+                "in-flight request(s) (no time limit; SGL_FORCE_SHUTDOWN=1 skips this)"
+            )
+            while self.sched.in_flight:
+                self.log.throttled("drain", 5, f"still {self.sched.in_flight} request(s) in flight")
+                time.sleep(0.1)
+        if isinstance(self.group, Head):
+            self.group.broadcast_shutdown()
+            self.log.info("broadcast shutdown to every worker rank")
+        self.request_exit(0, "graceful shutdown")
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if not self.cfg.is_head:
+            if signum == signal.SIGINT:
+                self.request_exit(130, "SIGINT")
+                return
+            self.log.info(
+                f"SIGTERM received on node_rank {self.cfg.node_rank}; waiting for the rank-0 ShutdownReq "
+                "broadcast to stop the schedulers"
+            )
+            return
+        if self.exiting.is_set():
+            self.log.info(f"{name} received again; already shutting down")
+            return
+        self.exiting.set()
+        threading.Thread(target=self._drain_and_exit, name="sim-drain", daemon=True).start()
+
+    def run(self) -> int:
+        cfg = self.cfg
+        self.log.info(banner())
+        self.log.info(
+            f"node_rank {cfg.node_rank} of {cfg.nnodes}, tp_size {cfg['tp_size']}, ep_size "
+            f"{cfg['ep_size']}, model {cfg.served_model_name}, pid {os.getpid()}"
+        )
+        self.log.info(f"argv: {' '.join(cfg.argv)}")
+        self.log.info(f"knobs: {self.knobs.as_dict()}")
+        host, port = str(cfg["host"]), int(cfg["port"])
+        try:
+            self.http = SimHTTPServer((host, port), self)
+        except OSError as exc:
+            self.log.error(f"cannot serve HTTP on {host}:{port}: {exc.strerror or exc}")
+            return 1
+        threading.Thread(target=self.http.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+        role = "OpenAI API and control endpoints" if cfg.is_head else "dummy health endpoints"
+        self.log.info(f"HTTP on {host}:{port} ({role}; 503 until ready)")
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        self.group.start()
+        if isinstance(self.group, Head):
+            threading.Thread(target=self._head_boot_when_formed, daemon=True).start()
+        while not self._exit.wait(0.5):
+            pass
+        self.http.shutdown()
+        self.http.server_close()
+        self.held = None
+        return self._exit_code
+
+    def _head_boot_when_formed(self) -> None:
+        assert isinstance(self.group, Head)
+        while not self.group.formed.wait(0.5):
+            if self._exit.is_set():
+                return
+        self._boot()
+
+    # -- reports --------------------------------------------------------------------------------
+
+    def server_info(self) -> dict[str, Any]:
+        cfg = self.cfg
+        info = cfg.public()
+        block = cfg["speculative_dspark_block_size"]
+        accept = round(0.61 * (block + 1), 2) if block else None
+        info.update(
+            {
+                "simulator": True,
+                "version": SGLANG_VERSION,
+                "status": self.status_word(),
+                "max_req_input_len": cfg.context_length - 6,
+                "internal_states": [
+                    {
+                        "avg_spec_accept_length": accept,
+                        "last_gen_throughput": round(self.sched.last_gen_throughput, 3),
+                        "num_running_reqs": self.sched.running,
+                        "num_waiting_reqs": self.sched.waiting,
+                        "memory_usage": {"held_mib": self.knobs.hold_mib if self.held is not None else 0},
+                    }
+                ],
+                "sparkctl_simulator": {
+                    "node_rank": cfg.node_rank,
+                    "knobs": self.knobs.as_dict(),
+                    "environment": environment_snapshot(),
+                    "peers": self.group.peer_states() if isinstance(self.group, Head) else [],
+                    "health_problem": self.health_problem(),
+                    "uptime_s": round(time.time() - self.started_wall, 1),
+                },
+            }
+        )
+        return info
+
+    def metrics_text(self) -> str:
+        s = self.sched
+        label = f'model_name="{self.cfg.served_model_name}"'
+        lost = len(self.group.lost) if isinstance(self.group, Head) else 0
+        rows = [
+            ("sglang:num_running_reqs", "gauge", "Requests decoding now", s.running),
+            ("sglang:num_queue_reqs", "gauge", "Requests waiting for a slot", s.waiting),
+            ("sglang:num_requests_total", "counter", "Chat requests received", s.requests_total),
+            ("sglang:num_requests_finished_total", "counter", "Chat requests finished", s.finished),
+            (
+                "sglang:num_request_errors_total",
+                "counter",
+                "Chat requests refused as invalid",
+                s.errors_total,
+            ),
+            ("sglang:prompt_tokens_total", "counter", "Prompt tokens processed", s.prompt_tokens_total),
+            (
+                "sglang:generation_tokens_total",
+                "counter",
+                "Completion tokens generated",
+                s.generation_tokens_total,
+            ),
+            (
+                "sglang:time_to_first_token_seconds_sum",
+                "counter",
+                "Sum of time to first token",
+                round(s.ttft_sum, 6),
+            ),
+            (
+                "sglang:e2e_request_latency_seconds_sum",
+                "counter",
+                "Sum of request latency",
+                round(s.e2e_sum, 6),
+            ),
+            (
+                "sglang:gen_throughput",
+                "gauge",
+                "Last request's decode tokens per second",
+                round(s.last_gen_throughput, 3),
+            ),
+            ("sparkctl_sim_simulator", "gauge", "1: this endpoint is the sparkctl rank simulator", 1),
+            (
+                "sparkctl_sim_token_rate",
+                "gauge",
+                "Configured decode tokens per second per request",
+                self.knobs.token_rate,
+            ),
+            (
+                "sparkctl_sim_held_bytes",
+                "gauge",
+                "Memory the simulator holds",
+                len(self.held) if self.held is not None else 0,
+            ),
+            ("sparkctl_sim_peers_lost", "gauge", "Worker ranks rank 0 has lost", lost),
+            ("sparkctl_sim_up", "gauge", "1 when the rank serves", 0 if self.health_problem() else 1),
+        ]
+        lines: list[str] = []
+        for name, kind, help_text, value in rows:
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{{{label}}} {value}"]
+        return "\n".join(lines) + "\n"
+
+
+USAGE = f"""usage: {PROG} [serve] <SGLang argv>
+
+Stands in for one SGLang {SGLANG_VERSION} rank (`sglang serve <argv>`): same flags, same endpoints, a
+small deterministic model. Simulator knobs are environment variables:
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help", "--sim-help"):
+        lines = [USAGE] + [f"  {k.env} (default {k.default or 'unset'}): {k.help}" for k in KNOBS]
+        print("\n".join(lines))
+        return 0 if args else 2
+    try:
+        cfg = parse_argv(args)
+        knobs = load_knobs()
+    except ArgError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    return RankProcess(cfg, knobs).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

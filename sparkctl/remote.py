@@ -88,14 +88,11 @@ def targets_for(cluster: Any) -> list[Target]:
     out: list[Target] = []
     for node in cluster.nodes:
         hc: dict[str, Any] = dict(cfg.lookup(node.name)) if cfg else {}
-        user = (getattr(node, "ssh_user", None) or getattr(cluster, "ssh_user", None)
-                or hc.get("user") or "root")
+        hv: dict[str, Any] = dict(getattr(node, "hostvars", None) or {})
+        user = str(hv.get("ansible_user") or getattr(cluster, "ssh_user", None) or hc.get("user") or "root")
         keys: list[Path] = []
-        for attr in ("ssh_key", "ssh_private_key"):
-            for holder in (node, cluster):
-                value = getattr(holder, attr, None)
-                if value:
-                    keys.append(Path(value))
+        if hv.get("ansible_ssh_private_key_file"):
+            keys.append(Path(str(hv["ansible_ssh_private_key_file"])))
         keys += [Path(k) for k in hc.get("identityfile", []) if k]
         known = getattr(cluster, "known_hosts", None)
         if known is None and hc.get("userknownhostsfile"):
@@ -104,11 +101,11 @@ def targets_for(cluster: Any) -> list[Target]:
             Target(
                 name=node.name,
                 address=str(node.mgmt_ip),
-                user=str(user),
-                port=int(getattr(node, "ssh_port", None) or hc.get("port", 22)),
+                user=user,
+                port=int(hv.get("ansible_port") or hc.get("port", 22)),
                 key_files=tuple(_abs(k, inv) for k in keys),
                 known_hosts=_abs(Path(known), inv) if known else None,
-                sudo=str(user) != "root",
+                sudo=user != "root",
                 rank=node.rank,
             )
         )

@@ -1,0 +1,66 @@
+#!/usr/bin/python
+"""Pack this rank's Engram rows into DSV41EN1 files from the node's local checkpoint."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: spark_stage_pack
+short_description: Pack and verify this rank's DSV41EN1 Engram shards
+description:
+  - Reads the safetensors headers of the local checkpoint, takes rows
+    [rows*rank//tp, rows*(rank+1)//tp) of each Engram layer and writes
+    C(engram-l{layer}-r{rank}of{tp}.bin) plus C(manifest-r{rank}of{tp}.json) (format and
+    verification in sparkctl/stage/dsv41en1.py). Each file is written as C(.partial), hashed
+    while written, checked (length, header, 1,037 rows byte-equal to the source), fsynced and
+    renamed.
+  - Files that match their manifest and the checkpoint identity are kept (changed=false).
+    Unmanifested files of this rank/TP and C(.partial) leftovers are refused unless C(force).
+  - Check mode reports what would be packed.
+options:
+  node: {type: str, default: "", description: Inventory name (for messages).}
+  model_dir: {type: path, required: true, description: Local checkpoint directory.}
+  engram_dir: {type: path, required: true, description: Output directory.}
+  rank: {type: int, required: true, description: This node's rank.}
+  tp: {type: int, required: true, description: Tensor-parallel size.}
+  layers: {type: list, elements: int, default: [1, 14], description: Engram layers.}
+  force: {type: bool, default: false, description: Delete leftovers instead of refusing.}
+  margin_gib: {type: float, default: 8, description: Free space that must remain afterwards.}
+  block_rows: {type: int, default: 65536, description: Rows per I/O block (65536 rows = 16.5 MiB).}
+author: sparkctl
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sparkctl_stage import dsv41en1
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            node=dict(type="str", default=""),
+            model_dir=dict(type="path", required=True),
+            engram_dir=dict(type="path", required=True),
+            rank=dict(type="int", required=True),
+            tp=dict(type="int", required=True),
+            layers=dict(type="list", elements="int", default=[1, 14]),
+            force=dict(type="bool", default=False),
+            margin_gib=dict(type="float", default=8.0),
+            block_rows=dict(type="int", default=dsv41en1.DEFAULT_BLOCK_ROWS),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        res = dsv41en1.pack_rank(
+            p["model_dir"], p["engram_dir"], p["rank"], p["tp"], p["layers"], force=p["force"],
+            check_mode=module.check_mode, margin_bytes=int(p["margin_gib"] * (1 << 30)), block_rows=p["block_rows"],
+        )
+    except (dsv41en1.FormatError, OSError, ValueError) as exc:
+        module.fail_json(msg=f"{p['node']}: {exc}")
+    out = res.as_dict()
+    if res.seconds and res.bytes_written:
+        out["rate_mib_s"] = round(res.bytes_written / (1 << 20) / res.seconds, 1)
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()

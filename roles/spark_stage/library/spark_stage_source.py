@@ -1,0 +1,149 @@
+#!/usr/bin/python
+"""Prepare the checkpoint on the head node and return its manifest (the staging idempotence key)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: spark_stage_source
+short_description: Prepare the checkpoint on the head node and return its manifest
+description:
+  - C(source=dir) takes a directory already on this host (C(path)); files are hard-linked into
+    C(model_dir) (same filesystem) or copied through a verified C(.partial).
+  - C(source=hf) downloads a Hugging Face repo at a pinned revision into C(model_dir) with
+    huggingface_hub's own resumable downloader (run it with an interpreter that has huggingface_hub).
+  - C(source=present) only (re)builds the manifest of what C(model_dir) holds (a controller
+    directory copied by the role, or a re-run).
+  - The manifest (every file's size and SHA-256) is saved as C(model_dir/.sparkctl-manifest.json);
+    digests of files whose size and mtime are unchanged are reused unless C(full=true).
+  - With C(expected) (a manifest), returns which files differ instead (C(missing)).
+  - Check mode reports what would change and moves nothing.
+options:
+  source: {type: str, choices: [dir, hf, present], default: present, description: Where the bytes come from.}
+  model_dir: {type: path, required: true, description: Checkpoint directory on this node.}
+  path: {type: path, description: Source directory on this host (source=dir).}
+  repo: {type: str, description: Hugging Face repo id (source=hf).}
+  revision: {type: str, description: Full commit hash to pin (source=hf).}
+  hf_token: {type: str, description: Hugging Face token (never logged).}
+  full: {type: bool, default: false, description: Re-hash every file even when unchanged.}
+  expected: {type: dict, description: A manifest to compare with (returns C(missing)); nothing is written.}
+  layers: {type: list, elements: int, default: [1, 14], description: Engram layers whose row counts are returned.}
+author: sparkctl
+"""
+
+RETURN = r"""
+manifest: {description: The checkpoint manifest (files with size, sha256, mtime_ns), returned: success, type: dict}
+content_key: {description: One digest over every (path, size, sha256), returned: success, type: str}
+engram: {description: Per Engram layer its row count, returned: when the checkpoint has the tables, type: list}
+missing: {description: Files of C(expected) this node lacks or holds with other bytes, returned: with expected, type: list}
+"""
+
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sparkctl_stage import dsv41en1, manifest, transfer
+
+
+def _from_dir(module, src, model_dir):
+    if not os.path.isdir(src):
+        module.fail_json(msg=f"checkpoint source directory {src} does not exist on {module.params['_node']}")
+    if os.path.abspath(src) == os.path.abspath(model_dir):
+        return []
+    actions = []
+    prog = transfer.Progress("head")
+    for rel in manifest.list_files(src):
+        s, d = os.path.join(src, rel), os.path.join(model_dir, rel)
+        if os.path.exists(d) and os.path.samefile(s, d):
+            continue
+        if os.path.exists(d) and os.path.getsize(d) == os.path.getsize(s) \
+                and manifest.file_sha256(d) == manifest.file_sha256(s):
+            continue
+        if module.check_mode:
+            actions.append(f"would stage {rel}")
+            continue
+        actions.append(f"{transfer.link_or_copy(s, d, manifest.file_sha256(s), prog)} {rel}")
+    return actions
+
+
+def _from_hf(module, model_dir):
+    p = module.params
+    if not p["repo"] or not p["revision"]:
+        module.fail_json(msg="source=hf needs repo and a pinned revision")
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:
+        module.fail_json(msg="huggingface_hub is not importable by this interpreter on the head; "
+                             "the role installs it in spark_stage_hf_venv — check that task")
+    if module.check_mode:
+        return [f"would download {p['repo']}@{p['revision']} into {model_dir}"]
+    path = snapshot_download(repo_id=p["repo"], revision=p["revision"], local_dir=model_dir,
+                             token=p["hf_token"] or None)
+    return [f"downloaded {p['repo']}@{p['revision']} into {path}"]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            source=dict(type="str", choices=["dir", "hf", "present"], default="present"),
+            model_dir=dict(type="path", required=True),
+            path=dict(type="path"),
+            repo=dict(type="str"),
+            revision=dict(type="str"),
+            hf_token=dict(type="str", no_log=True),
+            full=dict(type="bool", default=False),
+            expected=dict(type="dict"),
+            layers=dict(type="list", elements="int", default=[1, 14]),
+            _node=dict(type="str", default=""),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    model_dir = p["model_dir"]
+    node = p["_node"] or os.uname().nodename
+    p["_node"] = node
+    started = time.monotonic()
+    try:
+        previous = manifest.load(model_dir) if os.path.isdir(model_dir) else None
+    except manifest.ManifestError:
+        previous = None
+    if p["expected"] is not None:
+        missing = []
+        quick = manifest.quick_ok(model_dir, p["expected"], previous)
+        for e in p["expected"].get("files", []):
+            if not quick.get(e["path"]):
+                missing.append(e["path"])
+        module.exit_json(changed=False, missing=missing, node=node)
+    actions = []
+    if not module.check_mode:
+        os.makedirs(model_dir, exist_ok=True)
+    if p["source"] == "dir":
+        actions = _from_dir(module, p["path"] or "", model_dir)
+    elif p["source"] == "hf":
+        actions = _from_hf(module, model_dir)
+    if not os.path.isdir(model_dir) or not manifest.list_files(model_dir):
+        if module.check_mode:
+            module.exit_json(changed=True, actions=actions, node=node)
+        module.fail_json(msg=f"{node}: {model_dir} holds no checkpoint files")
+    ident = {}
+    if p["source"] == "hf":
+        ident = {"repo": p["repo"], "revision": p["revision"]}
+    elif p["source"] == "dir":
+        ident = {"path": p["path"]}
+    result = manifest.build(model_dir, previous, full=p["full"], source=ident or (previous or {}).get("source"))
+    changed = bool(actions) or previous is None or manifest.content_key(previous) != manifest.content_key(result)
+    if not module.check_mode:
+        if previous is None or manifest.content_key(previous) != manifest.content_key(result) \
+                or [e.get("mtime_ns") for e in previous["files"]] != [e["mtime_ns"] for e in result["files"]]:
+            manifest.save(model_dir, result)
+    engram = []
+    try:
+        for src in dsv41en1.locate(model_dir, p["layers"]):
+            engram.append({"layer": src.layer, "rows": src.rows, "file": src.weight_file})
+    except dsv41en1.FormatError as exc:
+        module.fail_json(msg=f"{node}: {exc}")
+    module.exit_json(changed=changed, manifest=result, content_key=manifest.content_key(result),
+                     engram=engram, actions=actions, node=node, seconds=round(time.monotonic() - started, 2))
+
+
+if __name__ == "__main__":
+    main()

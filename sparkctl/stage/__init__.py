@@ -1,0 +1,13 @@
+"""Staging: the checkpoint fanned out over the fabric and the per-rank Engram shards packed on NVMe.
+
+The modules here split in two groups:
+
+* node side, standard library only (they also run on the nodes, shipped to Ansible as the
+  ``sparkctl_stage`` module_utils package, a symlink to this directory):
+  ``safetensors`` (header reader), ``dsv41en1`` (the packed-shard format, packer and verifier),
+  ``manifest`` (file digests, the idempotence key), ``transfer`` (the fabric chain agent),
+  ``fanout`` (who pulls from whom), ``nodecheck`` (per-node verification summaries);
+* controller side: ``progress`` (live per-node transfer bars) — it imports rich.
+
+Keep this ``__init__`` free of imports: Ansible packs it with every stage module.
+"""

@@ -1,0 +1,644 @@
+"""The fabric transfer agent: a chain of nodes, each forwarding what it receives (standard library only).
+
+Every node runs one :func:`run_node` at the same time (one Ansible task on all nodes). Rank r
+pulls each file of the manifest from rank r-1 over plain TCP on the fabric, and serves rank r+1
+from its own copy — including the file it is still receiving, whose ``.partial`` grows while
+the next node reads it. So N nodes take about the time of one copy.
+
+Per file on a receiving node:
+
+* kept — its own manifest vouches for it and ``stat`` shows it unchanged;
+* adopted — a final file of the right size whose SHA-256 matches (hashed once, then recorded);
+* linked — an identical file (same size and SHA-256) listed in a sibling directory's manifest on
+  this node is hard-linked (same filesystem) or copied locally;
+* transferred — pulled into ``<path>.partial``, hashed while it streams in, fsynced, and renamed
+  to its final name only when the SHA-256 equals the manifest's. A ``.partial`` left by an
+  interrupted run resumes at its length (rounded down to 1 MiB) after the upstream confirms the
+  prefix digest; otherwise it starts over.
+
+Wire protocol (one TCP connection per file, JSON lines then raw bytes)::
+
+    → {"op": "get", "path": P, "offset": N, "prefix_sha256": H|null}
+    ← {"ok": true, "start": S}  then bytes [S, size) of P     (S = N when the prefix matched, else 0)
+    → {"op": "done", "node": NAME}                            (the downstream has every file)
+    ← {"ok": true}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import queue
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import manifest as mf
+
+BLOCK = 8 << 20
+RESUME_ALIGN = 1 << 20
+SEND_CHUNK = 64 << 20
+
+
+class TransferError(RuntimeError):
+    """A transfer could not complete (the message names the file and the peer)."""
+
+
+# --- progress, shared with the controller through a small JSON file --------------------------
+
+
+@dataclass
+class Progress:
+    node: str
+    bytes_total: int = 0
+    bytes_done: int = 0          # bytes present and confirmed, including kept/linked files
+    bytes_moved: int = 0         # bytes received over the network in this run
+    files_total: int = 0
+    files_done: int = 0
+    current: str = ""
+    state: str = "starting"      # starting | checking | receiving | serving | done | failed
+    error: str = ""
+    pid: int = field(default_factory=os.getpid)
+    started: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+    path: str = ""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, done: int = 0, moved: int = 0) -> None:
+        with self._lock:
+            self.bytes_done += done
+            self.bytes_moved += moved
+
+    def set(self, **kw: Any) -> None:
+        with self._lock:
+            for k, v in kw.items():
+                setattr(self, k, v)
+        self.write()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            d = {k: getattr(self, k) for k in _PROGRESS_FIELDS}
+        d["updated"] = time.time()
+        return d
+
+    def write(self) -> None:
+        if not self.path:
+            return
+        tmp = self.path + ".tmp"
+        with contextlib.suppress(OSError):
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(self.snapshot(), f)
+            os.replace(tmp, self.path)
+
+
+_PROGRESS_FIELDS = ("node", "bytes_total", "bytes_done", "bytes_moved", "files_total", "files_done", "current",
+                    "state", "error", "pid", "started")
+
+
+class _Ticker(threading.Thread):
+    def __init__(self, progress: Progress, every: float = 0.5):
+        super().__init__(daemon=True)
+        self.progress, self.every, self.stop = progress, every, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every):
+            self.progress.write()
+
+
+# --- the serving side ----------------------------------------------------------------------
+
+
+def _send_json(sock: socket.socket, obj: dict[str, Any]) -> None:
+    sock.sendall(json.dumps(obj).encode() + b"\n")
+
+
+def _recv_line(sock: socket.socket, limit: int = 65536) -> dict[str, Any]:
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = sock.recv(1)
+        if not chunk:
+            raise TransferError("connection closed by peer")
+        buf += chunk
+        if len(buf) > limit:
+            raise TransferError("protocol line too long")
+    doc = json.loads(buf)
+    if not isinstance(doc, dict):
+        raise TransferError("protocol error: not a JSON object")
+    return doc
+
+
+def _prefix_sha256(fd: int, length: int) -> str:
+    h = hashlib.sha256()
+    pos = 0
+    while pos < length:
+        data = os.pread(fd, min(BLOCK, length - pos), pos)
+        if not data:
+            break
+        h.update(data)
+        pos += len(data)
+    return h.hexdigest()
+
+
+class Server:
+    """Serves the manifest's files from ``root`` to the downstream node(s).
+
+    A file is served from its final name once this node confirmed it (``ready``), or from the
+    ``.partial`` this node is receiving right now (``active``), following it as it grows.
+    """
+
+    def __init__(self, root: str, files: dict[str, dict[str, Any]], host: str, port: int,
+                 expect_done: int = 1, stall_s: float = 120.0):
+        self.root = root
+        self.files = files
+        self.expect_done = expect_done
+        self.stall_s = stall_s
+        self.ready: set[str] = set()
+        self.active: str | None = None
+        self.done_from: list[str] = []
+        self.last_activity = time.monotonic()
+        self.cond = threading.Condition()
+        self.sock = socket.create_server((host, port), reuse_port=False, backlog=16)
+        self.sock.settimeout(0.5)
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._accept_loop, daemon=True)
+
+    def start(self) -> Server:
+        self.thread.start()
+        return self
+
+    def mark_ready(self, rel: str) -> None:
+        with self.cond:
+            self.ready.add(rel)
+            if self.active == rel:
+                self.active = None
+            self.cond.notify_all()
+
+    def mark_active(self, rel: str | None) -> None:
+        with self.cond:
+            self.active = rel
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        self.closed.set()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    def wait_done(self, idle_s: float) -> None:
+        """Block until the downstream said done; fail after ``idle_s`` without any request."""
+        with self.cond:
+            while len(self.done_from) < self.expect_done:
+                if time.monotonic() - self.last_activity > idle_s:
+                    raise TransferError(f"the downstream node sent nothing for {idle_s:.0f} s and never finished")
+                self.cond.wait(1.0)
+
+    def _accept_loop(self) -> None:
+        while not self.closed.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _touch(self) -> None:
+        with self.cond:
+            self.last_activity = time.monotonic()
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(self.stall_s)
+            try:
+                req = _recv_line(conn)
+                self._touch()
+                if req.get("op") == "done":
+                    with self.cond:
+                        self.done_from.append(str(req.get("node", "?")))
+                        self.cond.notify_all()
+                    _send_json(conn, {"ok": True})
+                elif req.get("op") == "get":
+                    self._serve_file(conn, req)
+                else:
+                    _send_json(conn, {"ok": False, "error": f"unknown op {req.get('op')!r}"})
+            except (OSError, TransferError, ValueError):
+                return  # the client sees the closed connection and retries
+
+    def _open(self, rel: str) -> tuple[int, bool]:
+        """(fd, complete) for ``rel`` once it can be served; waits for it to become available."""
+        final = os.path.join(self.root, rel)
+        deadline = time.monotonic() + self.stall_s
+        with self.cond:
+            while True:
+                if rel in self.ready:
+                    return os.open(final, os.O_RDONLY), True
+                if self.active == rel and os.path.exists(final + mf.PARTIAL):
+                    return os.open(final + mf.PARTIAL, os.O_RDONLY), False
+                if time.monotonic() > deadline or self.closed.is_set():
+                    raise TransferError(f"{rel} did not become available within {self.stall_s:.0f} s")
+                self.cond.wait(0.2)
+
+    def _serve_file(self, conn: socket.socket, req: dict[str, Any]) -> None:
+        rel = str(req.get("path"))
+        entry = self.files.get(rel)
+        if entry is None:
+            _send_json(conn, {"ok": False, "error": f"{rel} is not in the manifest"})
+            return
+        size = int(entry["size"])
+        fd, complete = self._open(rel)
+        try:
+            start = 0
+            offset = int(req.get("offset") or 0)
+            if 0 < offset <= size and req.get("prefix_sha256"):
+                self._wait_length(fd, offset, complete)
+                if _prefix_sha256(fd, offset) == req["prefix_sha256"]:
+                    start = offset
+            _send_json(conn, {"ok": True, "start": start})
+            pos = start
+            last = time.monotonic()
+            src = os.fdopen(os.dup(fd), "rb")   # socket.sendfile: zero-copy, honours the timeout
+            while pos < size:
+                avail = size if complete else os.fstat(fd).st_size
+                if avail < pos:
+                    raise TransferError(f"{rel}: the partial file shrank (upstream restarted it)")
+                if avail > pos:
+                    n = conn.sendfile(src, pos, min(avail - pos, SEND_CHUNK))
+                    if n == 0:
+                        raise TransferError(f"{rel}: unexpected end of file at {pos}")
+                    pos += n
+                    last = time.monotonic()
+                    self._touch()
+                    continue
+                if time.monotonic() - last > self.stall_s:
+                    raise TransferError(f"{rel}: no new bytes for {self.stall_s:.0f} s")
+                with self.cond:
+                    if rel in self.ready:
+                        complete = True   # the rename happened; the open fd holds the same inode
+                        continue
+                time.sleep(0.01)
+            src.close()
+        finally:
+            os.close(fd)
+
+    def _wait_length(self, fd: int, length: int, complete: bool) -> None:
+        deadline = time.monotonic() + self.stall_s
+        while not complete and os.fstat(fd).st_size < length:
+            if time.monotonic() > deadline:
+                raise TransferError(f"prefix of {length} B never arrived")
+            time.sleep(0.05)
+
+
+# --- the receiving side --------------------------------------------------------------------
+
+
+def connect(upstream: tuple[str, int], wait_s: float) -> socket.socket:
+    """Connect to the upstream agent, retrying while it is still starting (up to ``wait_s``)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            sock = socket.create_connection(upstream, timeout=5)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
+            return sock
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise TransferError(f"cannot reach the upstream agent at {upstream[0]}:{upstream[1]}: {exc}") from exc
+            time.sleep(0.5)
+
+
+def _hash_prefix(path: str, length: int, h: Any) -> None:
+    with open(path, "rb", buffering=0) as f:
+        left = length
+        while left:
+            data = f.read(min(BLOCK, left))
+            if not data:
+                raise TransferError(f"{path}: shorter than {length} B while resuming")
+            h.update(data)
+            left -= len(data)
+
+
+def fetch_file(
+    root: str,
+    rel: str,
+    size: int,
+    sha256: str,
+    upstream: tuple[str, int],
+    progress: Progress,
+    server: Server | None = None,
+    bwlimit: float = 0.0,
+    connect_wait_s: float = 60.0,
+    stall_s: float = 120.0,
+) -> str:
+    """Pull one file into ``<rel>.partial``, hashing in-stream; rename it when the digest matches.
+
+    Returns "transferred" or "resumed". Raises TransferError on a digest mismatch (the partial
+    is deleted so the next attempt starts clean) or a broken connection (the partial is kept).
+    """
+    final = os.path.join(root, rel)
+    part = final + mf.PARTIAL
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    have = os.path.getsize(part) if os.path.exists(part) else 0
+    offset = min(have, size) // RESUME_ALIGN * RESUME_ALIGN
+    h = hashlib.sha256()
+    if offset:
+        _hash_prefix(part, offset, h)
+    sock = connect(upstream, connect_wait_s)
+    with sock:
+        sock.settimeout(stall_s)
+        _send_json(sock, {"op": "get", "path": rel, "offset": offset,
+                          "prefix_sha256": h.hexdigest() if offset else None})
+        resp = _recv_line(sock)
+        if not resp.get("ok"):
+            raise TransferError(f"{rel}: upstream {upstream[0]} refused: {resp.get('error')}")
+        start = int(resp.get("start", 0))
+        if start != offset:          # the prefix did not match the source: start over
+            start, h = 0, hashlib.sha256()
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, start)
+            if server is not None:
+                server.mark_active(rel)
+            progress.add(done=start)
+            _receive(sock, fd, start, size, h, progress, bwlimit, rel, upstream)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    digest = h.hexdigest()
+    if digest != sha256:
+        os.unlink(part)
+        raise TransferError(f"{rel}: SHA-256 of the received bytes {digest[:16]}… != manifest {sha256[:16]}…")
+    os.replace(part, final)
+    return "resumed" if start else "transferred"
+
+
+def _receive(sock: socket.socket, fd: int, pos: int, size: int, h: Any, progress: Progress,
+             bwlimit: float, rel: str, upstream: tuple[str, int]) -> None:
+    """recv into rotating buffers; a writer thread hashes and writes them (both release the GIL)."""
+    free: queue.Queue[bytearray] = queue.Queue()
+    for _ in range(3):
+        free.put(bytearray(BLOCK))
+    full: queue.Queue[tuple[bytearray, int] | None] = queue.Queue()
+    err: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            while (item := full.get()) is not None:
+                buf, n = item
+                view = memoryview(buf)[:n]
+                h.update(view)
+                done = 0
+                while done < n:
+                    done += os.write(fd, view[done:])
+                progress.add(done=n, moved=n)
+                free.put(buf)
+        except BaseException as exc:
+            err.append(exc)
+            while (item := full.get()) is not None:
+                free.put(item[0])
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    started = time.monotonic()
+    received = 0
+    try:
+        while pos < size and not err:
+            buf = free.get()
+            view = memoryview(buf)
+            want = min(BLOCK, size - pos)
+            got = 0
+            while got < want:
+                n = sock.recv_into(view[got:want])
+                if n == 0:
+                    break
+                got += n
+            if got:
+                full.put((buf, got))
+                pos += got
+                received += got
+            if got < want:
+                raise TransferError(f"{rel}: connection to {upstream[0]} closed at byte {pos} of {size}")
+            if bwlimit > 0:
+                ahead = received / bwlimit - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+    finally:
+        full.put(None)
+        t.join()
+    if err:
+        raise TransferError(f"{rel}: writing failed: {err[0]}")
+
+
+# --- reuse of identical files already on the node ------------------------------------------
+
+
+def find_identical(root: str, sha256: str, size: int, search: list[str]) -> str | None:
+    """A file with this digest and size in a manifest of a sibling directory, unchanged since."""
+    for other in search:
+        if os.path.abspath(other) == os.path.abspath(root):
+            continue
+        try:
+            doc = mf.load(other)
+        except mf.ManifestError:
+            continue
+        for e in (doc or {}).get("files", []):
+            if e.get("sha256") == sha256 and e.get("size") == size:
+                path = os.path.join(other, e["path"])
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                if st.st_size == size and st.st_mtime_ns == e.get("mtime_ns"):
+                    return path
+    return None
+
+
+def sibling_dirs(root: str) -> list[str]:
+    parent = os.path.dirname(os.path.abspath(root))
+    try:
+        names = sorted(os.listdir(parent))
+    except OSError:
+        return []
+    return [os.path.join(parent, n) for n in names if os.path.isdir(os.path.join(parent, n))]
+
+
+def link_or_copy(src: str, dst: str, sha256: str, progress: Progress) -> str:
+    """Hard-link ``src`` to ``dst`` (same filesystem) or copy it through a verified partial."""
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    part = dst + mf.PARTIAL
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(part)
+    try:
+        os.link(src, part)
+        os.replace(part, dst)
+        return "linked"
+    except OSError:
+        pass
+    shutil.copyfile(src, part)
+    if mf.file_sha256(part) != sha256:
+        os.unlink(part)
+        raise TransferError(f"{src}: local copy does not match its manifest digest")
+    os.replace(part, dst)
+    return "copied"
+
+
+# --- one node's whole part of the chain -------------------------------------------------------
+
+
+@dataclass
+class NodeResult:
+    node: str
+    changed: bool = False
+    counts: dict[str, int] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)     # path -> action
+    bytes_moved: int = 0
+    bytes_total: int = 0
+    seconds: float = 0.0
+    downstream_done: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["rate_mib_s"] = round(self.bytes_moved / (1 << 20) / self.seconds, 1) if self.seconds else 0.0
+        return d
+
+
+def plan_local(root: str, expected: dict[str, Any], check_mode: bool = False) -> dict[str, str]:
+    """What each file needs on this node: keep | adopt | link | fetch (no data moved)."""
+    local = None
+    with contextlib.suppress(mf.ManifestError):
+        local = mf.load(root)
+    quick = mf.quick_ok(root, expected, local)
+    search = sibling_dirs(root)
+    out = {}
+    for e in expected["files"]:
+        rel = mf.safe_relpath(e["path"])
+        final = os.path.join(root, rel)
+        if quick.get(e["path"]):
+            out[rel] = "keep"
+        elif os.path.isfile(final) and os.path.getsize(final) == e["size"]:
+            out[rel] = "adopt"
+        elif find_identical(root, e["sha256"], e["size"], search):
+            out[rel] = "link"
+        else:
+            out[rel] = "fetch"
+    return out
+
+
+def run_node(
+    node: str,
+    root: str,
+    expected: dict[str, Any],
+    listen: tuple[str, int] | None,
+    upstream: tuple[str, int] | None,
+    progress_path: str = "",
+    expect_downstream: int = 1,
+    bwlimit: float = 0.0,
+    stall_s: float = 120.0,
+    connect_wait_s: float = 120.0,
+    retries: int = 3,
+    log: Callable[[str], None] | None = None,
+) -> NodeResult:
+    """This node's part of the chain: confirm/receive every file, serve the next node, write the manifest."""
+    started = time.monotonic()
+    files = {mf.safe_relpath(e["path"]): e for e in expected["files"]}
+    progress = Progress(node, bytes_total=sum(int(e["size"]) for e in files.values()),
+                        files_total=len(files), path=progress_path)
+    if progress_path:
+        os.makedirs(os.path.dirname(progress_path), exist_ok=True)
+    progress.set(state="checking")
+    ticker = _Ticker(progress)
+    ticker.start()
+    result = NodeResult(node, bytes_total=progress.bytes_total)
+    server = None
+    os.makedirs(root, exist_ok=True)
+    try:
+        if listen is not None:
+            server = Server(root, files, listen[0], listen[1], expect_downstream, stall_s).start()
+        todo = plan_local(root, expected)
+        search = sibling_dirs(root)
+        # First everything confirmable without the network, so the downstream can start on it.
+        for rel, action in todo.items():
+            e = files[rel]
+            if action == "keep":
+                pass
+            elif action == "adopt":
+                progress.set(current=rel)
+                if mf.file_sha256(os.path.join(root, rel)) != e["sha256"]:
+                    todo[rel] = "fetch"
+                    continue
+            elif action == "link":
+                src = find_identical(root, e["sha256"], e["size"], search)
+                if src is None:
+                    todo[rel] = "fetch"
+                    continue
+                todo[rel] = link_or_copy(src, os.path.join(root, rel), e["sha256"], progress)
+            else:
+                continue
+            progress.add(done=int(e["size"]))
+            progress.set(files_done=progress.files_done + 1)
+            if server is not None:
+                server.mark_ready(rel)
+        missing = [rel for rel, a in todo.items() if a == "fetch"]
+        if missing and upstream is None:
+            raise TransferError(f"{node} is the source but lacks {len(missing)} file(s), e.g. {missing[0]}")
+        progress.set(state="receiving" if missing else "serving")
+        for rel in missing:
+            e = files[rel]
+            progress.set(current=rel)
+            for attempt in range(1, retries + 1):
+                try:
+                    todo[rel] = fetch_file(root, rel, int(e["size"]), e["sha256"], upstream,  # type: ignore[arg-type]
+                                           progress, server, bwlimit, connect_wait_s, stall_s)
+                    break
+                except TransferError as exc:
+                    if log:
+                        log(f"{rel}: attempt {attempt} failed: {exc}")
+                    if attempt == retries:
+                        raise
+                    # count only what is on disk again on the next attempt
+                    with progress._lock:
+                        progress.bytes_done = sum(int(files[r]["size"]) for r, a in todo.items() if a != "fetch")
+                    time.sleep(1.0)
+            progress.set(files_done=progress.files_done + 1)
+            if server is not None:
+                server.mark_ready(rel)
+        # The node's own manifest: the expected digests with local modification times.
+        local = {"version": mf.VERSION, "source": expected.get("source", {}), "total_bytes": progress.bytes_total,
+                 "files": []}
+        for e in expected["files"]:
+            st = os.stat(os.path.join(root, mf.safe_relpath(e["path"])))
+            local["files"].append({"path": e["path"], "size": e["size"], "sha256": e["sha256"],
+                                   "mtime_ns": st.st_mtime_ns})
+        mf.save(root, local)
+        if upstream is not None:
+            sock = connect(upstream, connect_wait_s)
+            with sock:
+                _send_json(sock, {"op": "done", "node": node})
+                _recv_line(sock)
+        if server is not None:
+            progress.set(state="serving", current="")
+            server.wait_done(stall_s)
+            result.downstream_done = list(server.done_from)
+        progress.set(state="done", current="")
+    except BaseException as exc:
+        progress.set(state="failed", error=str(exc))
+        raise
+    finally:
+        ticker.stop.set()
+        if server is not None:
+            server.close()
+    result.files = dict(todo)
+    counts: dict[str, int] = {}
+    for action in todo.values():
+        counts[action] = counts.get(action, 0) + 1
+    result.counts = counts
+    result.bytes_moved = progress.bytes_moved
+    result.changed = any(a not in ("keep",) for a in todo.values())
+    result.seconds = time.monotonic() - started
+    progress.write()
+    return result

@@ -55,7 +55,9 @@ def test_plan_human_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert "/etc/sparkctl/rank-secrets.yaml" in out
 
 
-def test_plan_never_shows_a_secret(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plan_never_shows_a_secret(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SPARKCTL_API_KEY", "sk-plan-must-not-print-me")
     for argv in (("plan", "-i", EXAMPLE, "--json"), ("--verbose", "plan", "-i", EXAMPLE)):
         code, out, err = run(capsys, *argv)

@@ -1,0 +1,247 @@
+"""qualify and bench end to end against the rank simulator on loopback (single node, ``--nnodes 1``).
+
+Each test starts its own ``sparkctl-sim-rank serve`` process with the SGLang argv a real rank gets and
+the simulator's environment knobs, waits for ``/ready``, and talks to it only over 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from sparkctl.qa import bench, haystack, qualify
+from sparkctl.qa.endpoint import discover
+
+pytest.importorskip("sparkctl.sim.rank", reason="the rank simulator's server has not landed")
+
+API_KEY = "qa-test-key"
+MODEL = "deepseek-v41-flash"
+CONTEXT = 32768
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Sim:
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+        self.proc, self.port, self.log = proc, port, log
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def _start(tmp_path: Path, **knobs: str) -> Sim:
+    port, dist = _free_port(), _free_port()
+    argv = [
+        sys.executable, "-m", "sparkctl.sim.rank", "serve",
+        "--model-path", str(tmp_path / "model"),
+        "--served-model-name", MODEL,
+        "--tp-size", "1",
+        "--nnodes", "1",
+        "--node-rank", "0",
+        "--dist-init-addr", f"127.0.0.1:{dist}",
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--context-length", str(CONTEXT),
+        "--max-running-requests", "8",
+        "--api-key", API_KEY,
+    ]  # fmt: skip
+    # fast unless a test sets its own pace: qualify judges answers, not speed
+    fast = {
+        "SPARKCTL_SIM_TOKEN_RATE": "2000",
+        "SPARKCTL_SIM_PREFILL_RATE": "2000000",
+        "SPARKCTL_SIM_TTFT_S": "0",
+    }
+    env = {**os.environ, "SPARKCTL_SIM_BOOT_DELAY_S": "0", **fast, **knobs}
+    log = tmp_path / f"sim-{port}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"simulator exited {proc.returncode}:\n{log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200:
+                return Sim(proc, port, log)
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError(f"simulator not ready within 30 s:\n{log.read_text()[-2000:]}")
+
+
+@pytest.fixture
+def start_sim(tmp_path: Path) -> Iterator[Callable[..., Sim]]:
+    started: list[Sim] = []
+
+    def start(**knobs: str) -> Sim:
+        sim = _start(tmp_path, **knobs)
+        started.append(sim)
+        return sim
+
+    yield start
+    for sim in started:
+        sim.proc.terminate()
+        try:
+            sim.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            sim.proc.kill()
+            sim.proc.wait()
+
+
+def test_full_suite_passes_and_keeps_evidence(start_sim: Callable[..., Sim], tmp_path: Path) -> None:
+    sim = start_sim()
+    endpoint = discover(sim.root, api_key=API_KEY)
+    assert endpoint.simulator and endpoint.model == MODEL and endpoint.context_length == CONTEXT
+    out = tmp_path / "qualify"
+    report = qualify.qualify_endpoint(endpoint, "full", out, haystack.ladder(CONTEXT))
+    assert [c.name for c in report.checks] == list(qualify.CHECKS)
+    assert report.passed, [(c.name, c.detail) for c in report.checks if not c.passed]
+    for check in report.checks:
+        evidence = json.loads((out / f"{check.name}.json").read_text())
+        assert evidence["passed"] and evidence["simulator"] is True
+        assert evidence["exchanges"], check.name
+        assert all("request" in e and "response" in e for e in evidence["exchanges"])
+    needle = json.loads((out / "needle.json").read_text())["data"]["rungs"]
+    assert [r["target_tokens"] for r in needle] == haystack.ladder(CONTEXT)
+    assert all(haystack.within(r["target_tokens"], r["prompt_tokens"]) for r in needle)
+    summary = json.loads((out / "report.json").read_text())
+    assert summary["passed"] and summary["simulator"] is True
+
+
+@pytest.mark.parametrize(
+    ("fault", "check"),
+    [("wrong-arithmetic", "arithmetic"), ("unstable-output", "determinism"), ("bad-json", "json")],
+)
+def test_a_broken_behaviour_fails_the_named_check(
+    start_sim: Callable[..., Sim], tmp_path: Path, fault: str, check: str
+) -> None:
+    sim = start_sim(SPARKCTL_SIM_FAULT=fault)
+    report = qualify.qualify_endpoint(discover(sim.root, api_key=API_KEY), "quick", tmp_path / fault)
+    assert not report.passed
+    assert report.failed == [check]
+
+
+def test_garbage_under_batching_fails_arithmetic(start_sim: Callable[..., Sim], tmp_path: Path) -> None:
+    sim = start_sim(SPARKCTL_SIM_FAULT="garbage-at-batch")
+    report = qualify.qualify_endpoint(
+        discover(sim.root, api_key=API_KEY), "quick", tmp_path / "g", checks=["plain", "arithmetic"]
+    )
+    assert report.failed == ["arithmetic"]  # one request at a time is fine; eight at once are not
+
+
+def test_wrong_key_is_an_input_error(start_sim: Callable[..., Sim]) -> None:
+    from sparkctl.errors import InputError
+
+    sim = start_sim()
+    with pytest.raises(InputError, match="refused the API key"):
+        discover(sim.root, api_key="not-the-key")
+
+
+def test_bench_recovers_the_configured_token_rate(start_sim: Callable[..., Sim]) -> None:
+    rate = 120.0
+    sim = start_sim(SPARKCTL_SIM_TOKEN_RATE=str(rate), SPARKCTL_SIM_TTFT_S="0.05")
+    report = bench.run_bench(
+        discover(sim.root, api_key=API_KEY), workloads=["coding"], concurrency=[1], repeats=2, warmup=True
+    )
+    assert report.simulator and not report.errors
+    (level,) = report.levels
+    assert all(r.completion_tokens == 200 for b in level.batches for r in b.requests)
+    measured = level.headline()["median"]
+    assert measured == pytest.approx(rate, rel=0.05), measured
+
+
+def test_bench_ladder_shape(start_sim: Callable[..., Sim], tmp_path: Path) -> None:
+    sim = start_sim(SPARKCTL_SIM_TOKEN_RATE="400")
+    report = bench.run_bench(
+        discover(sim.root, api_key=API_KEY),
+        workloads=["coding"],
+        concurrency=[1, 4],
+        repeats=1,
+        figures={"coding": {1: 82.73, 4: 211.81}},
+        warmup=False,
+    )
+    assert not report.errors
+    c1, c4 = report.levels
+    assert (c1.concurrency, c4.concurrency) == (1, 4)
+    assert len(c4.batches[0].requests) == 4
+    # four streams at once deliver more tokens per second in total than one
+    assert c4.headline()["median"] > c1.headline()["median"]
+    data = json.loads(bench.write_report(report, tmp_path).read_text())
+    assert data["simulator"] is True
+    assert data["workloads"]["coding"]["sha256"] == bench.load_workload("coding").sha256
+    assert data["levels"][1]["published_tps"] == 211.81
+    assert set(data["levels"][1]["ttft_s"]) == {"p50", "p90", "p99"}
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+def _fake_cluster(sim: Sim, profile_name: str = "lab") -> types.SimpleNamespace:
+    """What qa reads of a Cluster: the head's address, the API port, the key, the profile."""
+    from sparkctl.profiles import load_profile
+
+    key = types.SimpleNamespace(resolve=lambda: API_KEY)
+    return types.SimpleNamespace(
+        head=types.SimpleNamespace(mgmt_ip="127.0.0.1"),
+        ports=types.SimpleNamespace(api=sim.port),
+        secrets={"api_key": key},
+        profile=load_profile(profile_name),
+    )
+
+
+def test_cli_qualify_and_bench(
+    start_sim: Callable[..., Sim],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    run_cli: Callable[..., Any],
+) -> None:
+    from sparkctl.cli import qa as cli_qa
+
+    sim = start_sim(SPARKCTL_SIM_TOKEN_RATE="400")
+    monkeypatch.setattr(cli_qa, "_load", lambda ctx: _fake_cluster(sim, "r4-nvme"))
+    results = tmp_path / "results"
+    res = run_cli("qualify", "--suite", "quick", "--json", "--results", str(results))
+    assert res.code == 0, res.out + res.err
+    doc = json.loads(res.out)
+    assert doc["passed"] and doc["simulator"] is True and doc["suite"] == "quick"
+    assert Path(doc["results_dir"]).parent == results
+
+    plot = tmp_path / "ladder.png"
+    res = run_cli(
+        "bench", "--concurrency", "1,4", "--workload", "coding", "--repeats", "1", "--no-warmup",
+        "--plot", str(plot), "--results", str(results),
+    )  # fmt: skip
+    assert res.code == 0, res.out + res.err
+    assert "simulator" in res.out and "211.81" in res.out
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert len(list(results.glob("bench-*/bench.json"))) == 1
+
+
+def test_cli_qualify_exits_1_naming_the_failed_check(
+    start_sim: Callable[..., Sim],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    run_cli: Callable[..., Any],
+) -> None:
+    from sparkctl.cli import qa as cli_qa
+
+    sim = start_sim(SPARKCTL_SIM_FAULT="wrong-arithmetic")
+    monkeypatch.setattr(cli_qa, "_load", lambda ctx: _fake_cluster(sim))
+    res = run_cli("qualify", "--results", str(tmp_path))
+    assert res.code == 1
+    assert "failed: arithmetic" in res.out
+    assert "simulator" in res.out

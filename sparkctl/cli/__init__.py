@@ -86,9 +86,15 @@ _COMMAND_MODULES = [
 ]
 
 
+_registered: set[str] = set()
+
+
 def _register() -> None:
+    # Once per module: main() runs many times in one test process.
     for name in _COMMAND_MODULES:
-        importlib.import_module(name).register(app)
+        if name not in _registered:
+            importlib.import_module(name).register(app)
+            _registered.add(name)
 
 
 def main(argv: list[str] | None = None) -> None:

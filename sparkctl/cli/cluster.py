@@ -80,7 +80,8 @@ def validate_table(cluster: Cluster) -> Table:
         (
             "fabric",
             f"{', '.join(map(str, cluster.fabric.subnets))}, MTU {cluster.fabric.mtu}, "
-            f"QoS {'on' if cluster.fabric.host_qos else 'off'}, bootstrap over {cluster.fabric.bootstrap_over}",
+            f"QoS {'on' if cluster.fabric.host_qos else 'off'}, "
+            f"bootstrap over {cluster.fabric.bootstrap_over}",
         ),
         ("switch", f"{sw.name} ({sw.type}, {sw.host}, MTU {sw.mtu})" if sw else "none"),
         (

@@ -320,9 +320,9 @@ def check_checkpoint(d: Draft, p: Problems) -> None:
             p.add("sparkctl_checkpoint.repo", "missing for source hf", "set the owner/name of the repository")
         if ck.revision is None:
             p.add("sparkctl_checkpoint.revision", "missing for source hf", "pin the full 40-hex commit")
-        if ck.path is not None or ck.on is not None:
+        if ck.path is not None or ck.location is not None:
             p.add(
-                "sparkctl_checkpoint.path" if ck.path is not None else "sparkctl_checkpoint.on",
+                "sparkctl_checkpoint.path" if ck.path is not None else "sparkctl_checkpoint.location",
                 "only used with source dir",
                 "remove it (hf checkpoints land in sparkctl_paths.model_dir)",
             )
@@ -331,9 +331,9 @@ def check_checkpoint(d: Draft, p: Problems) -> None:
             p.add(
                 "sparkctl_checkpoint.path", "missing for source dir", "set the directory holding config.json"
             )
-        if ck.on is None:
+        if ck.location is None:
             p.add(
-                "sparkctl_checkpoint.on",
+                "sparkctl_checkpoint.location",
                 "missing for source dir",
                 "say where that directory is: controller or head",
             )

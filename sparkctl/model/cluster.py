@@ -88,8 +88,13 @@ class Checkpoint(_Section):
     repo: HfRepo | None = None
     revision: Commit | None = None
     path: AbsPath | None = None
-    on: Literal["controller", "head"] | None = None
+    location: Literal["controller", "head"] | None = None  # where a `dir` source lives
     size_gib: Gib | None = None
+
+    @property
+    def on(self) -> str | None:
+        """Where a `dir` checkpoint lives (the YAML key is `location`: YAML reads `on` as true)."""
+        return self.location
 
 
 class SecretRef(_Section):

@@ -290,6 +290,21 @@ class Draft:
         return self.site.get(key)
 
 
+def _odd_keys(value: Any, path: str) -> list[tuple[str, Any]]:
+    """Mapping keys that are not text, e.g. `on:` or `yes:`, which YAML 1.1 reads as booleans."""
+    found: list[tuple[str, Any]] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                found.append((path, k))
+            else:
+                found.extend(_odd_keys(v, f"{path}.{k}"))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found.extend(_odd_keys(v, f"{path}[{i}]"))
+    return found
+
+
 def _validate_keys(
     values: dict[str, Any], spec: dict[str, Key], prefix: str, problems: Problems, *, host_level: bool
 ) -> dict[str, Any]:
@@ -298,8 +313,15 @@ def _validate_keys(
     for key, value in values.items():
         path = join_path(prefix, [key])
         if key in spec:
-            if key == "sparkctl_fabric_ports":
-                continue  # checked port by port by the caller
+            odd = _odd_keys(value, path)
+            for where, k in odd:
+                problems.add(
+                    f"{where}.{k}",
+                    f"key {k!r} is not text (YAML reads on/off/yes/no as booleans)",
+                    "quote the key or use its documented name (e.g. location: head, not on: head)",
+                )
+            if odd or key == "sparkctl_fabric_ports":
+                continue  # fabric ports are checked port by port by the caller
             ok, checked = check_value(value, spec[key].type, path, problems)
             if ok:
                 out[key] = checked

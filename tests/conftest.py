@@ -1,0 +1,68 @@
+"""Shared test helpers: a scratch copy of the example inventory, the CLI in-process, no network."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "inventory" / "example"
+
+
+@pytest.fixture
+def example_copy(tmp_path: Path) -> Path:
+    """A writable copy of inventory/example (the documented four-Spark site)."""
+    dest = tmp_path / "site"
+    shutil.copytree(EXAMPLE, dest)
+    return dest
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    """Run `sparkctl ARGS` through the real entry point (exit-code mapping included)."""
+    from sparkctl.cli import main
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+class NetworkTouched(AssertionError):
+    pass
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Fail the test if anything tries to connect or resolve a name; yields the attempts."""
+    attempts: list[str] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        attempts.append(repr(args[1:] if args else kwargs))
+        raise NetworkTouched(f"network access attempted: {args!r}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    yield attempts
+    assert not attempts, f"network was touched: {attempts}"

@@ -40,3 +40,108 @@ class Plan:
         if self.diff:
             cmd.append("--diff")
         return cmd
+
+
+STAGE_WHAT = ("weights", "engram", "all")
+
+
+def for_stage(
+    cluster: Any,
+    what: str = "all",
+    verify_only: bool = False,
+    force: bool = False,
+    settings: dict[str, Any] | None = None,
+) -> Plan:
+    """`sparkctl stage [weights|engram|all] [--verify-only] [--force]` → playbooks/stage.yml.
+
+    ``settings`` carries extra ``spark_stage_*`` knobs (e.g. ``spark_stage_bwlimit_mib_s``); every
+    other value comes from the inventory through the role defaults.
+    """
+    if what not in STAGE_WHAT:
+        raise ValueError(f"what must be one of {', '.join(STAGE_WHAT)}, got {what!r}")
+    extravars: dict[str, Any] = {
+        "spark_stage_what": what,
+        "spark_stage_verify_only": verify_only,
+        "spark_stage_force": force,
+        "spark_stage_tp": cluster.profile.tp_size,
+        "spark_stage_margin_gib": cluster.profile.memory.disk_margin_gib,
+    }
+    for key, value in (settings or {}).items():
+        if not key.startswith("spark_stage_"):
+            raise ValueError(f"not a stage setting: {key}")
+        extravars[key] = value
+    return Plan(playbook="stage.yml", inventory=Path(cluster.inventory_dir), extravars=extravars)
+
+
+# --- provision, switch, preflight, check fabric (playbooks/provision.yml and friends) ---------------
+
+# Tags of playbooks/provision.yml, in the order the roles run.
+PROVISION_TAGS = ("preflight", "switch", "base", "fabric", "qos", "runtime", "firewall")
+
+
+def _limit(cluster: Any, limit: str | None) -> str | None:
+    """Check a --limit of host names (comma-separated) against the inventory; InputError otherwise."""
+    if not limit:
+        return None
+    from sparkctl.errors import InputError
+
+    known = [n.name for n in cluster.nodes] + ([cluster.switch.name] if cluster.switch else [])
+    names = [s.strip() for s in limit.split(",") if s.strip()]
+    unknown = [s for s in names if s not in known]
+    if unknown or not names:
+        raise InputError(
+            f"--limit: unknown host(s) {', '.join(unknown) or repr(limit)}",
+            hint=f"use host names from the inventory: {', '.join(known)} (comma-separated)",
+        )
+    return ",".join(names)
+
+
+def _tags(tags: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    from sparkctl.errors import InputError
+
+    flat = tuple(t.strip() for item in tags for t in item.split(",") if t.strip())
+    unknown = [t for t in flat if t not in PROVISION_TAGS]
+    if unknown:
+        raise InputError(
+            f"--tags: unknown tag(s) {', '.join(unknown)}", hint=f"known tags: {', '.join(PROVISION_TAGS)}"
+        )
+    return flat
+
+
+def for_provision(
+    cluster: Any,
+    *,
+    check: bool = False,
+    diff: bool = False,
+    limit: str | None = None,
+    tags: tuple[str, ...] | list[str] = (),
+) -> Plan:
+    """playbooks/provision.yml: preflight -> switch -> base -> fabric -> qos -> runtime -> firewall."""
+    return Plan(
+        playbook="provision.yml",
+        inventory=Path(cluster.inventory_dir),
+        limit=_limit(cluster, limit),
+        tags=_tags(tags),
+        check=check,
+        diff=diff,
+    )
+
+
+def for_check_fabric(cluster: Any) -> Plan:
+    """playbooks/check_fabric.yml: read-only probes of every fabric port and pair."""
+    return Plan(playbook="check_fabric.yml", inventory=Path(cluster.inventory_dir))
+
+
+# --- up / down (playbooks/up.yml, playbooks/down.yml) ----------------------------------------------
+
+
+def for_up(cluster: Any, install_only: bool = False) -> Plan:
+    """playbooks/up.yml: install the rank units (files only), then start ranks 1..n and rank 0 last."""
+    extravars: dict[str, Any] = {"spark_rank_install_only": True} if install_only else {}
+    return Plan(playbook="up.yml", inventory=Path(cluster.inventory_dir), extravars=extravars)
+
+
+def for_down(cluster: Any, grace_s: int | None = None) -> Plan:
+    """playbooks/down.yml: SIGTERM rank 0, wait ``grace_s``, force the rest, every unit inactive."""
+    extravars: dict[str, Any] = {"spark_rank_grace_s": int(grace_s)} if grace_s is not None else {}
+    return Plan(playbook="down.yml", inventory=Path(cluster.inventory_dir), extravars=extravars)

@@ -80,9 +80,12 @@ def _global(
 
 # Modules that add commands to ``app``; each exposes ``register(app)``.
 _COMMAND_MODULES = [
+    "sparkctl.cli.provision",
     "sparkctl.cli.lab",
     "sparkctl.cli.cluster",
     "sparkctl.cli.qa",
+    "sparkctl.cli.stage",
+    "sparkctl.cli.serve",
 ]
 
 

@@ -1,0 +1,191 @@
+"""`sparkctl provision` and `sparkctl check fabric`.
+
+provision: load the model (exit 2 on a bad inventory, nothing contacted) -> plan.for_provision ->
+runner.execute(playbooks/provision.yml) with a live per-host table -> per-host summary, artifacts
+path, exit code (0 ok, 1 a host failed or was unreachable).
+
+check fabric: read-only. runner.execute(playbooks/check_fabric.yml) -> qa.fabric.judge -> port and
+pair tables, "skipped: why" for what cannot run here -> exit 1 naming node, port and pair.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from sparkctl import plan as planning
+from sparkctl import progress, runner, ui
+from sparkctl.errors import EXIT_FAILED, SparkctlError
+from sparkctl.model import Cluster, load_inventory
+from sparkctl.qa import fabric as fabric_check
+
+check_app = typer.Typer(help="Read-only checks of the cluster.", no_args_is_help=True)
+
+
+def _cluster(ctx: typer.Context) -> Cluster:
+    return load_inventory(ctx.obj.inventory_dir())
+
+
+def _hosts(cluster: Cluster, limit: str | None) -> list[str]:
+    hosts = [n.name for n in cluster.nodes] + ([cluster.switch.name] if cluster.switch else [])
+    if limit:
+        wanted = set(limit.split(","))
+        hosts = [h for h in hosts if h in wanted]
+    return hosts
+
+
+def run_with_table(ctx: typer.Context, plan: planning.Plan, title: str, hosts: list[str]) -> runner.RunResult:
+    """Run a plan with the live host table (plain when --json), then print the summary."""
+    state = ctx.obj
+    if state.verbose and not state.json:
+        ui.console.print(Text("$ " + " ".join(plan.argv()), style="dim"))
+    table = progress.HostTable(title, hosts, enabled=not state.json, show_diff=plan.diff)
+    with table:
+        result = runner.execute(plan, table)
+    if not state.json:
+        progress.print_summary(result, table)
+    return result
+
+
+def provision(
+    ctx: typer.Context,
+    check: Annotated[bool, typer.Option("--check", help="Change nothing; report what would change.")] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="Show the file changes.")] = False,
+    limit: Annotated[
+        str | None, typer.Option("--limit", help="Only these hosts (comma-separated inventory names).")
+    ] = None,
+    tags: Annotated[
+        list[str] | None,
+        typer.Option("--tags", help=f"Only these parts: {', '.join(planning.PROVISION_TAGS)} (repeatable)."),
+    ] = None,
+) -> None:
+    """Configure the nodes and the switch: base system, fabric, RoCE QoS, runtime, firewall (idempotent)."""
+    cluster = _cluster(ctx)
+    plan = planning.for_provision(cluster, check=check, diff=diff, limit=limit, tags=tags or [])
+    verb = "provision (check mode)" if check else "provision"
+    result = run_with_table(ctx, plan, f"{verb} · {cluster.name}", _hosts(cluster, plan.limit))
+    if ctx.obj.json:
+        ui.print_json(result.as_dict())
+    elif result.ok:
+        changed = result.changed_total
+        what = "would change" if check else "changed"
+        ui.console.print(f"{ui.OK} {verb}: {len(result.stats)} hosts ok, {changed} {what}")
+    if not result.ok:
+        raise SparkctlError(
+            f"{verb} failed on {', '.join(result.failed_hosts) or 'the controller'}",
+            hint=_hint(result),
+            exit_code=EXIT_FAILED,
+            details=[str(f) for f in result.failures[:12]],
+        )
+
+
+def _hint(result: runner.RunResult) -> str:
+    if result.unreachable_hosts:
+        return (
+            f"power on or fix SSH to {', '.join(result.unreachable_hosts)}, then re-run; "
+            f"the run log is in {result.artifact_dir}"
+        )
+    return f"fix the cause above and re-run (it is safe to repeat); the run log is in {result.artifact_dir}"
+
+
+# --- check fabric ----------------------------------------------------------------------------------
+
+
+def _switch_mtus(result: runner.RunResult) -> dict[str, int | None]:
+    out: dict[str, int | None] = {}
+    for res in result.task_results("Read the switch port MTUs").values():
+        for line in res.get("stdout_lines") or []:
+            name, _, value = line.partition(" ")
+            out[name] = int(value) if value.isdigit() else None
+    return out
+
+
+def _verdict_tables(verdict: fabric_check.Verdict, mtu: int) -> tuple[Table, Table]:
+    ports = Table(title="fabric ports", title_justify="left")
+    for col in ("", "node", "port", "switch", "state", "speed", "mtu", "address", "gid"):
+        ports.add_column(col)
+    for p in verdict.ports:
+        ports.add_row(
+            ui.OK if p.ok else ui.FAIL,
+            p.node,
+            p.netdev,
+            p.switch_port or "-",
+            p.state,
+            f"{p.speed_mbps // 1000}G" if p.speed_mbps else "n/a",
+            Text(str(p.mtu), style="" if p.mtu == mtu else "red"),
+            ", ".join(p.addresses) or "-",
+            "n/a" if p.gid_index is None else str(p.gid_index),
+        )
+    nodes = sorted({p.src for p in verdict.pairs} | {p.dst for p in verdict.pairs})
+    halves = sorted({p.half for p in verdict.pairs})
+    pairs = Table(title=f"jumbo ping ({mtu - 28} B, DF) src → dst, per half", title_justify="left")
+    pairs.add_column("src \\ dst")
+    for dst in nodes:
+        pairs.add_column(dst, justify="center")
+    index = {(p.src, p.dst, p.half): p for p in verdict.pairs}
+    for src in nodes:
+        cells = []
+        for dst in nodes:
+            if src == dst:
+                cells.append("·")
+                continue
+            marks = []
+            for h in halves:
+                row = index.get((src, dst, h))
+                marks.append("?" if row is None else ("✓" if row.ok else "⨯"))
+            text = " ".join(marks)
+            cells.append(f"[red]{text}[/red]" if "⨯" in marks else f"[green]{text}[/green]")
+        pairs.add_row(src, *cells)
+    return ports, pairs
+
+
+@check_app.command("fabric")
+def check_fabric(ctx: typer.Context) -> None:
+    """Read-only: link state, speed and MTU of every fabric port, jumbo ping for every pair, RoCE GIDs."""
+    cluster = _cluster(ctx)
+    plan = planning.for_check_fabric(cluster)
+    if ctx.obj.json:
+        result = runner.execute(plan)
+    else:
+        with ui.console.status("probing the fabric from every node…"):
+            result = runner.execute(plan)
+    probes = {h: r for h, r in result.task_results("Probe the fabric").items()}
+    unreachable = {f.host: f.msg for f in result.failures if f.unreachable}
+    other_failures = [f for f in result.failures if not f.unreachable]
+    verdict = fabric_check.judge(cluster, probes, _switch_mtus(result), unreachable)
+    for f in other_failures:
+        verdict.problems.insert(0, f"{f.host}: probe failed in '{f.task}': {f.msg}")
+    if ctx.obj.json:
+        doc: dict[str, Any] = verdict.as_dict()
+        doc["artifact_dir"] = str(result.artifact_dir)
+        ui.print_json(doc)
+    else:
+        ports, pairs = _verdict_tables(verdict, int(cluster.fabric.mtu))
+        ui.console.print(ports)
+        ui.console.print(pairs)
+        for line in verdict.passed:
+            ui.console.print(f"{ui.OK} {line}")
+        for line in verdict.skipped:
+            ui.console.print(f"{ui.SKIP} {line}")
+        for line in verdict.problems:
+            ui.console.print(Text.assemble(("⨯ ", "red"), line))
+        ui.console.print(f"[dim]artifacts: {result.artifact_dir}[/dim]")
+    if not verdict.ok:
+        culprit = [p for p in verdict.problems if p.startswith("likely culprit")]
+        first = culprit[0] if culprit else verdict.problems[0]
+        raise SparkctlError(
+            f"fabric check failed: {first}",
+            hint="fix the port or switch named above, then re-run `sparkctl check fabric`",
+            exit_code=EXIT_FAILED,
+            details=verdict.problems[:12] if ctx.obj.json else [],
+        )
+    if not ctx.obj.json:
+        ui.console.print(f"{ui.OK} fabric ok ({len(verdict.pairs)} pairs, {len(verdict.ports)} ports)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("provision")(provision)
+    app.add_typer(check_app, name="check")

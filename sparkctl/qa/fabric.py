@@ -1,0 +1,237 @@
+"""The verdict of `sparkctl check fabric`, from what the read-only probe playbook saw.
+
+Pure: ``judge(cluster, probes, switch_mtus, unreachable)`` turns per-node probe results (the
+``sparkctl_fabric_probe`` module's output) into port rows, pair rows, problems that name the node,
+port and pair, and the checks that could not run — each with the reason, never reported as "ok".
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+# Link speed a ConnectX-7 200G port should report per PCIe half on a Spark (ethtool, Mb/s).
+EXPECTED_SPEED_MBPS = 200_000
+# NVIDIA's expectation for an NCCL all-reduce over both halves at MTU 9000 (bus bandwidth, GB/s),
+# and the figure that means a misconfigured fabric (~3 GB/s regardless of size).
+NCCL_BUSBW_EXPECTED_GBPS = (20.0, 24.0)
+NCCL_BUSBW_MISCONFIG_GBPS = 3.0
+
+
+@dataclass
+class PortRow:
+    node: str
+    netdev: str
+    switch_port: str | None
+    state: str
+    speed_mbps: int | None
+    mtu: int | None
+    addresses: list[str]
+    gid_index: int | None
+    ok: bool
+    note: str = ""
+
+
+@dataclass
+class PairRow:
+    src: str
+    dst: str
+    half: int
+    netdev: str
+    dst_ip: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Verdict:
+    ports: list[PortRow] = field(default_factory=list)
+    pairs: list[PairRow] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    passed: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "problems": self.problems,
+            "skipped": self.skipped,
+            "passed": self.passed,
+            "ports": [vars(p) for p in self.ports],
+            "pairs": [vars(p) for p in self.pairs],
+        }
+
+
+def _switch_port(cluster: Any, node: str, netdev: str) -> str | None:
+    sw = cluster.switch
+    if sw is None:
+        return None
+    port: str | None = sw.ports.get(node, {}).get(netdev)
+    return port
+
+
+def _where(cluster: Any, node: str, netdev: str) -> str:
+    sp = _switch_port(cluster, node, netdev)
+    return f"{node} {netdev}" + (f" (switch port {sp})" if sp else "")
+
+
+def judge(
+    cluster: Any,
+    probes: dict[str, dict[str, Any]],
+    switch_mtus: dict[str, int | None] | None = None,
+    unreachable: dict[str, str] | None = None,
+) -> Verdict:
+    """Judge the fabric from per-node probe results (node -> module result)."""
+    v = Verdict()
+    mtu = int(cluster.fabric.mtu)
+    for node, why in sorted((unreachable or {}).items()):
+        v.problems.append(f"{node}: not reachable, fabric not checked ({why})")
+
+    any_rdma = any(bool(p.get("rdma")) for p in probes.values())
+    # --- ports ----------------------------------------------------------------------------------
+    for node in cluster.nodes:
+        res = probes.get(node.name)
+        if res is None:
+            continue
+        by_dev = {p["netdev"]: p for p in res.get("ports", [])}
+        for port in node.fabric_ports:
+            info = by_dev.get(str(port.netdev), {"present": False})
+            where = _where(cluster, node.name, str(port.netdev))
+            notes: list[str] = []
+            if not info.get("present"):
+                v.problems.append(f"{where}: interface not found")
+                notes.append("absent")
+            else:
+                if not info.get("carrier") or str(info.get("state")).upper() not in ("UP", "UNKNOWN"):
+                    v.problems.append(f"{where}: link down (state {info.get('state')}, no carrier)")
+                    notes.append("link down")
+                if info.get("mtu") != mtu:
+                    v.problems.append(
+                        f"{where}: MTU {info.get('mtu')}, expected {mtu} (run `sparkctl provision`)"
+                    )
+                    notes.append(f"MTU {info.get('mtu')}")
+                if str(port.address) not in (info.get("addresses") or []):
+                    has = info.get("addresses") or "none"
+                    v.problems.append(f"{where}: address {port.address} missing (has {has})")
+                    notes.append("address missing")
+                speed = info.get("speed_mbps")
+                if info.get("rdma") and speed is not None and speed < EXPECTED_SPEED_MBPS:
+                    v.problems.append(
+                        f"{where}: link at {speed // 1000}G, expected {EXPECTED_SPEED_MBPS // 1000}G "
+                        "(force 200G-baseCR4 with autonegotiation off on the switch port; "
+                        "reseat or reboot if it persists)"
+                    )
+                    notes.append("slow link")
+            v.ports.append(
+                PortRow(
+                    node=node.name,
+                    netdev=str(port.netdev),
+                    switch_port=_switch_port(cluster, node.name, str(port.netdev)),
+                    state=str(info.get("state", "absent")),
+                    speed_mbps=info.get("speed_mbps"),
+                    mtu=info.get("mtu"),
+                    addresses=list(info.get("addresses") or []),
+                    gid_index=info.get("gid_index"),
+                    ok=not notes,
+                    note=", ".join(notes),
+                )
+            )
+
+    # --- switch port MTUs (Linux switch) ---------------------------------------------------------
+    if switch_mtus:
+        owners: dict[str, list[str]] = {}
+        if cluster.switch is not None:
+            for node_name, mapping in cluster.switch.ports.items():
+                for netdev, sp in mapping.items():
+                    owners.setdefault(sp, []).append(f"{node_name} {netdev}")
+        for sp, value in sorted(switch_mtus.items()):
+            if value is None:
+                v.problems.append(f"switch port {sp}: not found on the switch")
+            elif value < mtu:
+                v.problems.append(
+                    f"switch port {sp} ({', '.join(owners.get(sp, ['?']))}): MTU {value} is below the host "
+                    f"MTU {mtu} — jumbo frames are dropped there (set it to {cluster.switch.mtu}: "
+                    "`sparkctl provision --tags switch`)"
+                )
+
+    # --- jumbo pings, every ordered pair over every half -----------------------------------------
+    size = mtu - 28
+    for node in cluster.nodes:
+        res = probes.get(node.name)
+        if res is None:
+            continue
+        for ping in res.get("pings", []):
+            v.pairs.append(
+                PairRow(
+                    src=node.name,
+                    dst=ping["peer"],
+                    half=int(ping["index"]),
+                    netdev=ping["netdev"],
+                    dst_ip=ping["dst"],
+                    ok=bool(ping["ok"]),
+                    detail=ping.get("detail", ""),
+                )
+            )
+    failing = [p for p in v.pairs if not p.ok]
+    for half in sorted({p.half for p in failing}):
+        bad = [p for p in failing if p.half == half]
+        total = [p for p in v.pairs if p.half == half]
+        blame: Counter[str] = Counter()
+        for p in bad:
+            blame[p.src] += 1
+            blame[p.dst] += 1
+        # A node whose every pair on this half fails, while the other pairs pass, is the culprit.
+        culprits = []
+        for name, n in blame.most_common():
+            involving = [p for p in total if name in (p.src, p.dst)]
+            if n == len(involving) and len(bad) == n and involving:
+                culprits.append(name)
+        for p in bad:
+            netdev = p.netdev
+            v.problems.append(
+                f"jumbo ping ({size} B, DF) {p.src} {netdev} -> {p.dst} {p.dst_ip} failed: {p.detail}"
+            )
+        if culprits:
+            name = culprits[0]
+            node = cluster.node(name)
+            netdev = str(node.fabric_ports[half].netdev) if half < len(node.fabric_ports) else "?"
+            v.problems.append(
+                f"likely culprit: {_where(cluster, name, netdev)} — "
+                "every jumbo ping to or from it on this half fails"
+            )
+    if v.pairs and not failing:
+        v.passed.append(f"jumbo ping ({size} B, DF): all {len(v.pairs)} ordered pairs over every half")
+
+    # --- RoCE v2 GID index -----------------------------------------------------------------------
+    if not any_rdma:
+        hcas = sorted({str(p.hca) for n in cluster.nodes for p in n.fabric_ports})
+        why = f"no RDMA device ({', '.join(hcas)} absent on every node)"
+        v.skipped.append(f"RoCE v2 GID index: skipped: {why}")
+        v.skipped.append(f"ib_write_bw per pair: skipped: {why}")
+        v.skipped.append(f"NCCL all-reduce bus bandwidth: skipped: {why}")
+        v.skipped.append(f"PFC losslessness (pause/discard counters under load): skipped: {why}")
+        return v
+    gids: dict[int, set[int | None]] = {}
+    for row in v.ports:
+        ports = cluster.node(row.node).fabric_ports
+        idx = next(i for i, p in enumerate(ports) if str(p.netdev) == row.netdev)
+        gids.setdefault(idx, set()).add(row.gid_index)
+        if row.gid_index is None:
+            res = probes.get(row.node, {})
+            err = next((p.get("gid_error") for p in res.get("ports", []) if p["netdev"] == row.netdev), "")
+            v.problems.append(f"{_where(cluster, row.node, row.netdev)}: no RoCE v2 GID ({err})")
+    for idx, values in sorted(gids.items()):
+        known = {g for g in values if g is not None}
+        if len(known) > 1:
+            v.problems.append(
+                f"RoCE v2 GID index differs across nodes on half {idx}: {sorted(known)} — "
+                "set NCCL_IB_GID_INDEX per node or fix the address order"
+            )
+        elif known:
+            v.passed.append(f"RoCE v2 GID index common on half {idx}: {known.pop()}")
+    return v

@@ -383,12 +383,12 @@ class Worker:
                     f"waiting for rank 0 at {host}:{port} ({exc}); retrying (waited {waited:.0f} s)",
                     "WARNING",
                 )
-                self._stop.wait(1)
+                self._stop.wait(0.5)
                 continue
             outcome = self._session(sock)
             if outcome == "exit":
                 return
-            self._stop.wait(1 if outcome == "retry" else 5)
+            self._stop.wait(0.5 if outcome == "retry" else 5)
 
     def _session(self, sock: socket.socket) -> str:
         """One connection to rank 0. Returns 'retry' (reconnect), 'rejected' or 'exit'."""

@@ -28,7 +28,7 @@ def _walk(doc: Any, at: list[Any]) -> Any:
 
 
 def apply_op(inv: Path, op: dict[str, Any]) -> None:
-    (kind, arg), = op.items()
+    ((kind, arg),) = op.items()
     if kind == "remove":
         _file(inv, arg).unlink()
         return
@@ -85,8 +85,13 @@ def test_all_problems_are_reported_together(example_copy: Path, run_cli: Any, no
     result = run_cli("-i", str(example_copy), "--json", "validate")
     assert result.code == EXIT_USAGE
     errors = json.loads(result.out)["errors"]
-    for field in ("sparks.spark-1.ansible_host", "sparkctl_fabric.mtu", "sparkctl_ports.api",
-                  "sparkctl_runtime.image", "sparks.spark-0.sparkctl_fabric_ports"):
+    for field in (
+        "sparks.spark-1.ansible_host",
+        "sparkctl_fabric.mtu",
+        "sparkctl_ports.api",
+        "sparkctl_runtime.image",
+        "sparks.spark-0.sparkctl_fabric_ports",
+    ):
         assert any(e.startswith(field + ":") for e in errors), (field, errors)
 
 

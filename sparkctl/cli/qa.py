@@ -193,6 +193,12 @@ def bench(
         ui.console.print(f"results: {json_path}\nplot:    {plot_path}")
         for err in report.errors[:5]:
             ui.console.print(f"{ui.FAIL} request failed: {err}")
+        short = sum(lvl.short_requests for lvl in report.levels)
+        if short:
+            ui.console.print(
+                f"[yellow]warning:[/yellow] {short} request(s) stopped before max_tokens; "
+                "their rates are not comparable with the published figures"
+            )
     raise typer.Exit(EXIT_FAILED if report.errors else EXIT_OK)
 
 

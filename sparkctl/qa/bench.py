@@ -262,6 +262,14 @@ class LevelResult:
     concurrency: int
     batches: list[Batch] = field(default_factory=list)
     published: float | None = None
+    max_tokens: int = 0
+
+    @property
+    def short_requests(self) -> int:
+        """Requests that came back with fewer tokens than asked (the server ignored ``ignore_eos``)."""
+        return sum(
+            1 for b in self.batches for r in b.requests if r.ok and r.completion_tokens < self.max_tokens
+        )
 
     @property
     def metric(self) -> str:
@@ -293,6 +301,7 @@ class LevelResult:
             },
             "ttft_s": {k: round(v, 4) for k, v in percentiles(ttft).items()} if ttft else None,
             "e2e_s": {k: round(v, 4) for k, v in percentiles(e2e).items()} if e2e else None,
+            "short_requests": self.short_requests,
             "errors": [e for b in self.batches for e in b.errors],
             "batches": [b.summary() for b in self.batches],
         }
@@ -373,7 +382,12 @@ async def _bench(
     try:
         for workload in workloads:
             by_c = {
-                c: LevelResult(workload.name, c, published=figures.get(workload.name, {}).get(c))
+                c: LevelResult(
+                    workload.name,
+                    c,
+                    published=figures.get(workload.name, {}).get(c),
+                    max_tokens=workload.max_tokens,
+                )
                 for c in levels
             }
             results.extend(by_c.values())

@@ -70,7 +70,11 @@ def ladder_figure(report: BenchReport) -> Figure:
     if not report.has_published:
         title += "\nno published figures for this profile"
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
+    foot = "C1: (completion − 1) / (done − first token) · C>1: Σ completion / (last done − first sent)"
+    if report.has_published and report.published_source:
+        foot += f"\npublished: {report.published_source}"
+    fig.text(0.01, 0.01, foot, fontsize=7, color="#4a5568", va="bottom")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
 
 

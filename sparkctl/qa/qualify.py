@@ -368,8 +368,10 @@ def check_needle(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
     if not ctx.needle_targets:
         return False, "no needle targets (unknown context length)", {}
     fit = haystack.TokenFit()
+    # Two short calibration prompts (1 output token each) give tokens per filler word; capped so a
+    # 1M-token ladder does not pay a long prefill just to learn the tokenizer.
     smallest = min(ctx.needle_targets)
-    for words in sorted({max(16, smallest // 16), max(64, smallest // 4)}):
+    for words in sorted({min(2000, max(16, smallest // 16)), min(8000, max(64, smallest // 4))}):
         hs = haystack.build(words, ctx.needle_seed, label="calibration")
         resp = ctx.chat(record=_needle_record(hs, 1), messages=_user(hs.prompt), max_tokens=1)
         fit.add(words, resp.usage.prompt_tokens)

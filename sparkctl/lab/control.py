@@ -345,6 +345,12 @@ def ensure_nvme(node: str, gib: int | None, ms: state.MachineState) -> None:
 def _nspawn_argv(machine: str, rootfs_dir: Path) -> list[str]:
     p = state.paths(machine)
     argv = [
+        # Start nspawn already inside the machine's netns, so the sysfs it mounts for the
+        # container is that netns's: with --network-namespace-path alone, the container's
+        # /sys/class/net listed the controller's interfaces (read by Ansible facts and checks).
+        "nsenter",
+        f"--net=/run/netns/{topo.netns(machine)}",
+        "--",
         "systemd-nspawn",
         "--boot",
         f"--machine={machine}",

@@ -128,7 +128,7 @@ def group_vars_document(inv: LabInventory) -> dict[str, Any]:
         "sparkctl_ports": dict(LAB_PORTS),
         "sparkctl_api_allow": [str(topo.MGMT_SUBNET)],
         "sparkctl_paths": dict(LAB_PATHS),
-        "sparkctl_checkpoint": {"source": "dir", "path": str(inv.checkpoint_dir), "on": "controller"},
+        "sparkctl_checkpoint": {"source": "dir", "path": str(inv.checkpoint_dir), "location": "controller"},
         "sparkctl_secrets": {"api_key": {"file": str(inv.api_key_file)}},
     }
 

@@ -1,0 +1,279 @@
+"""The session-wide lab: brought up once for all integration tests, removed at the end.
+
+Use the ``lab`` fixture in any integration test::
+
+    def test_something(lab):
+        assert lab.ssh("spark-2", "hostname").stdout.strip() == "spark-2"
+        lab.run_sparkctl("provision")          # sparkctl -i <lab inventory> provision
+        with lab.port_mtu("s2a", 1500):        # chaos, undone on exit
+            ...
+
+It skips (with the reason) where the lab cannot run: not Linux, not root, no systemd-nspawn.
+Environment knobs:
+  SPARKCTL_LAB_KEEP=1        leave the lab up after the session (for debugging)
+  SPARKCTL_LAB_NVME_GIB=N    size of every node's /mnt/nvme loop filesystem (default 4; 0 = plain dir)
+Tests that change the lab should undo it (the context managers do) or call ``lab.heal()``.
+Tests marked ``lab_last`` run after every other test of the session (e.g. the `down` check).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_INVENTORY = REPO / "inventory" / "lab"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "lab_last: run after every other test of the session (lab teardown checks)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    last = [it for it in items if it.get_closest_marker("lab_last")]
+    if last:
+        items[:] = [it for it in items if not it.get_closest_marker("lab_last")] + last
+
+
+def lab_unavailable_reason() -> str | None:
+    """Why the lab cannot run here, or None when it can."""
+    if platform.system() != "Linux":
+        return f"the lab needs Linux (this is {platform.system()})"
+    if os.geteuid() != 0:
+        return "the lab needs root (network namespaces, bridges, mounts); run the integration tests as root"
+    for tool, pkg in (("systemd-nspawn", "systemd-container"), ("ip", "iproute2"), ("ssh", "openssh-client")):
+        if shutil.which(tool) is None:
+            return f"{tool} is missing: apt-get install -y {pkg}"
+    from sparkctl.lab import rootfs
+
+    if not rootfs.is_built(rootfs.rootfs_path()) and shutil.which("debootstrap") is None:
+        return "no cached lab rootfs and no debootstrap to build one: apt-get install -y debootstrap"
+    return None
+
+
+@dataclass
+class Lab:
+    """Handles on the running lab for tests: paths, SSH, in-container exec and the chaos hooks."""
+
+    inventory: Path
+    nvme_gib: int | None
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.inventory / "ssh_config"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.inventory / "known_hosts"
+
+    @property
+    def private_key(self) -> Path:
+        from sparkctl.lab import state
+
+        return state.controller_key()
+
+    @property
+    def api_key_file(self) -> Path:
+        from sparkctl.lab import state
+
+        return state.api_key_file()
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        from sparkctl.lab import state
+
+        return state.checkpoint_dir()
+
+    @property
+    def nodes(self) -> list[str]:
+        from sparkctl.lab import topology
+
+        return topology.node_names()
+
+    def mgmt_ip(self, machine: str) -> str:
+        from sparkctl.lab import topology
+
+        return str(topology.mgmt_ip(machine))
+
+    def fabric_ip(self, node: str, half: str = "a") -> str:
+        from sparkctl.lab import topology
+
+        return str(topology.fabric_ip(node, topology.half(half)).ip)
+
+    # --- running commands ---------------------------------------------------------------------
+
+    def ssh(
+        self, machine: str, command: str, *, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a shell command on a lab machine over real SSH (host key checked)."""
+        argv = ["ssh", "-F", str(self.ssh_config), machine, command]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"ssh {machine} {command!r} exited {proc.returncode}: {proc.stderr.strip()}")
+        return proc
+
+    def exec(
+        self, machine: str, *argv: str, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command inside a machine without SSH (nsenter into its namespaces)."""
+        from sparkctl.lab import control, state
+
+        proc = control.node_exec(machine, list(argv), state.load(), timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"{machine}: {' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()}"
+            )
+        return proc
+
+    def run_sparkctl(
+        self, *args: str, json_out: bool = False, timeout: float = 600, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`sparkctl -i <lab inventory> [--json] ARGS` as a subprocess (exit code not checked)."""
+        argv = [
+            sys.executable,
+            "-m",
+            "sparkctl",
+            "-i",
+            str(self.inventory),
+            *(["--json"] if json_out else []),
+            *args,
+        ]
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})}
+        )
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        from sparkctl.lab import control
+
+        return {row["machine"]: row for row in control.status()}
+
+    # --- chaos ----------------------------------------------------------------------------------
+
+    def kill(self, machine: str) -> None:
+        from sparkctl.lab import control
+
+        control.kill(machine)
+
+    def start(self, machine: str) -> None:
+        from sparkctl.lab import control
+
+        control.start(machine)
+
+    def link(self, node: str, up: bool, half: str | None = None, mgmt: bool = False) -> list[str]:
+        from sparkctl.lab import control
+
+        return control.set_link(node, up, [half] if half else None, mgmt=mgmt)
+
+    def set_port_mtu(self, port: str, mtu: int) -> int | None:
+        from sparkctl.lab import control
+
+        return control.set_port_mtu(port, mtu)
+
+    def fill(self, node: str, *, gib: float | None = None, free_mib: int | None = None) -> dict[str, int]:
+        from sparkctl.lab import control
+
+        return control.fill_nvme(node, gib=gib, free_mib=free_mib)
+
+    def clear_fill(self, node: str) -> None:
+        from sparkctl.lab import control
+
+        control.fill_nvme(node, clear=True)
+
+    @contextmanager
+    def port_mtu(self, port: str, mtu: int) -> Iterator[None]:
+        before = self.set_port_mtu(port, mtu)
+        try:
+            yield
+        finally:
+            self.set_port_mtu(port, before or 9216)
+
+    @contextmanager
+    def link_down(self, node: str, half: str | None = None, mgmt: bool = False) -> Iterator[None]:
+        self.link(node, False, half, mgmt)
+        try:
+            yield
+        finally:
+            self.link(node, True, half, mgmt)
+
+    @contextmanager
+    def powered_off(self, machine: str) -> Iterator[None]:
+        self.kill(machine)
+        try:
+            yield
+        finally:
+            self.start(machine)
+
+    @contextmanager
+    def nvme_filled(
+        self, node: str, *, gib: float | None = None, free_mib: int | None = None
+    ) -> Iterator[None]:
+        self.fill(node, gib=gib, free_mib=free_mib)
+        try:
+            yield
+        finally:
+            self.clear_fill(node)
+
+    def heal(self) -> None:
+        """Undo every chaos hook: ports back to 9216 and up, cables plugged, machines on, NVMe unfilled."""
+        from sparkctl.lab import control, topology
+
+        for port in topology.switch_ports():
+            self.set_port_mtu(port, topology.SWITCH_PORT_MTU)
+        for node in topology.node_names():
+            control.set_link(node, True, None, mgmt=True)
+            control.set_link(node, True, None)
+            if self.nvme_gib:
+                self.clear_fill(node)
+        for machine, row in self.status().items():
+            if row["state"] != "running":
+                self.start(machine)
+
+
+def _nvme_gib() -> int | None:
+    raw = os.environ.get("SPARKCTL_LAB_NVME_GIB", "4")
+    try:
+        value = int(raw)
+    except ValueError:
+        raise pytest.UsageError(f"SPARKCTL_LAB_NVME_GIB must be an integer (got {raw!r})") from None
+    return value or None
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[Lab]:
+    """The lab, up for the whole session (a crashed earlier run is cleaned first)."""
+    reason = lab_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    from sparkctl.lab import control, topology
+
+    keep = os.environ.get("SPARKCTL_LAB_KEEP") == "1"
+    gib = _nvme_gib()
+    t0 = time.monotonic()
+    if not keep or not control.is_up():
+        control.down()
+    report = control.up(LAB_INVENTORY, dict.fromkeys(topology.node_names(), gib) if gib else None)
+    sys.stderr.write(
+        f"\nlab up in {time.monotonic() - t0:.1f}s (rootfs build: {report.rootfs_build_s or 0:.0f}s): "
+        f"{json.dumps(report.system)}\n"
+    )
+    handle = Lab(inventory=LAB_INVENTORY, nvme_gib=gib)
+    yield handle
+    if keep:
+        sys.stderr.write(f"\nSPARKCTL_LAB_KEEP=1: lab left up; inventory {LAB_INVENTORY}\n")
+        return
+    left = control.down()
+    assert not left, f"lab down left things behind: {left}"

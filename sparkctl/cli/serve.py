@@ -1,0 +1,560 @@
+"""Serving: `sparkctl up`, `down`, `status`, `logs`, `bundle`.
+
+up:     validate → preflight on every node (all reported together) → playbooks/up.yml (install the
+        rank units, start ranks 1..n then rank 0) → readiness gates shown live, memory guarded.
+        Any failure stops every rank (playbooks/down.yml) and names the gate, the node and its log.
+down:   playbooks/down.yml (rank 0 first, grace period, forced shutdown, SIGKILL backstop).
+status: one SSH probe per node in parallel plus rank 0's HTTP endpoints → ready/degraded/down.
+logs:   the rank units' journals over SSH. bundle: a support tarball, every secret redacted.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import platform
+import shlex
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import httpx
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from sparkctl import __version__, gates, remote, ui
+from sparkctl.errors import EXIT_FAILED, EXIT_UNHEALTHY, InputError, SparkctlError, UnhealthyError
+
+if TYPE_CHECKING:
+    from sparkctl.plan import Plan
+    from sparkctl.runner import RunnerEvent, RunResult
+
+
+# --- seams the CLI tests replace ------------------------------------------------------------------
+
+
+def _execute(plan: Plan, on_event: Any = None) -> RunResult:
+    from sparkctl import runner
+
+    return runner.execute(plan, on_event)
+
+
+def _fleet(cluster: Any) -> Any:
+    return remote.Fleet(remote.targets_for(cluster))
+
+
+def _http() -> httpx.Client:
+    return httpx.Client(timeout=5.0)
+
+
+def _new_run_dir(verb: str) -> Path:
+    from sparkctl.runner import new_run_dir
+
+    return new_run_dir(verb)
+
+
+# --- shared helpers -------------------------------------------------------------------------------
+
+
+def _load(ctx: typer.Context) -> tuple[Any, dict[str, Any]]:
+    from sparkctl.model import load_inventory
+    from sparkctl.render import plan_document
+
+    cluster = load_inventory(ctx.obj.inventory_dir())
+    return cluster, plan_document(cluster)
+
+
+def _api_key(cluster: Any) -> str | None:
+    ref = cluster.secrets.get("api_key")
+    return ref.resolve() if ref is not None else None
+
+
+def _secrets(cluster: Any) -> list[str]:
+    """Every secret value that resolves now (for redaction); unresolvable ones are skipped."""
+    values = []
+    for ref in cluster.secrets.values():
+        try:
+            values.append(ref.resolve())
+        except SparkctlError:
+            continue
+    return values
+
+
+def _gib(value: int | None) -> str:
+    return f"{value / gates.GIB:.1f}" if value is not None else "–"
+
+
+def _event_printer(verbose: bool) -> Any:
+    """A quiet playbook display: failures always, every task with --verbose."""
+
+    def on_event(ev: RunnerEvent) -> None:
+        if ev.kind in ("failed", "unreachable") and not ev.ignored:
+            ui.err_console.print(f"  {ui.FAIL} {ev.host}: {ev.task}: {ev.msg}")
+        elif verbose and ev.kind in ("ok", "changed"):
+            mark = "[yellow]changed[/yellow]" if ev.kind == "changed" else "ok"
+            ui.err_console.print(f"  {ui.OK} {ev.host}: {ev.task} ({mark})")
+
+    return on_event
+
+
+def _run_playbook(plan: Plan, what: str, verbose: bool) -> RunResult:
+    result = _execute(plan, _event_printer(verbose))
+    if not result.ok:
+        raise SparkctlError(
+            f"{what} failed ({plan.playbook}, rc {result.rc})",
+            hint=f"artifacts: {result.artifact_dir}",
+            details=[str(f) for f in result.failures][:12],
+        )
+    return result
+
+
+def _stop_all(cluster: Any, verbose: bool, grace_s: int | None = None) -> RunResult:
+    from sparkctl.plan import for_down
+
+    return _execute(for_down(cluster, grace_s), _event_printer(verbose))
+
+
+# --- status ---------------------------------------------------------------------------------------
+
+VERDICT_STYLE = {gates.READY: "green", gates.DEGRADED: "yellow", gates.DOWN: "red"}
+
+
+def status_table(snap: gates.Snapshot) -> Table:
+    table = Table(title=None, expand=False)
+    for col in ("rank", "node", "unit", "MemAvail GiB", "GPU", "fabric", "shards"):
+        table.add_column(col)
+    for f in sorted(snap.nodes.values(), key=lambda f: f.rank):
+        if not f.reachable:
+            table.add_row(str(f.rank), f.name, f"[red]unreachable[/red] {f.error}", "", "", "", "")
+            continue
+        state = f.active
+        color = "green" if state == "active" else "red" if state in ("failed",) else "yellow"
+        unit = f"[{color}]{state}[/{color}]"
+        up_s = f.unit.get("up_s")
+        if state == "active" and up_s is not None:
+            unit += f" {int(up_s)}s"
+        gpu = f.data.get("gpu") or {}
+        gpu_text = (f"{gpu.get('temp_c'):.0f}°C {gpu.get('sm_mhz'):.0f} MHz"
+                    if gpu.get("temp_c") is not None and gpu.get("sm_mhz") is not None else "–")
+        links = []
+        for dev, link in (f.data.get("links") or {}).items():
+            if not link.get("present"):
+                links.append(f"[red]{dev} missing[/red]")
+            else:
+                c = "green" if link.get("state") in ("up", "unknown") else "red"
+                links.append(f"[{c}]{link.get('state')}[/{c}] {link.get('mtu')}")
+        shards = f.data.get("shards")
+        shard_text = "–" if shards is None else ("[green]verified[/green]" if shards.get("verified")
+                                                 else "[red]not verified[/red]")
+        table.add_row(str(f.rank), f.name, unit, _gib(f.mem_available), gpu_text, " ".join(links), shard_text)
+    return table
+
+
+def render_status(snap: gates.Snapshot) -> Any:
+    from rich.console import Group
+    from rich.text import Text
+
+    style = VERDICT_STYLE[snap.verdict]
+    lines: list[Any] = [status_table(snap)]
+    head = snap.head
+    if head is not None:
+        parts = [f"{p} {a.code if a.code is not None else a.error}"
+                 for p, a in (("/health", head.health), ("/ready", head.ready), ("/v1/models", head.models))]
+        lines.append(Text(f"rank 0 {head.url}: " + ", ".join(parts)))
+    verdict = Text.from_markup(f"[bold {style}]{snap.verdict}[/bold {style}]  ({snap.seconds:.2f} s)")
+    lines.append(verdict)
+    for reason in snap.reasons:
+        lines.append(Text(f"  • {reason}"))
+    return Group(*lines)
+
+
+def status(
+    ctx: typer.Context,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Redraw every 2 s until Ctrl-C.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
+) -> None:
+    """Where every rank stands: reachable, unit, memory, GPU, fabric, shards; rank 0's API. Exit 0 when ready, 3 otherwise."""  # noqa: E501
+    cluster, doc = _load(ctx)
+    as_json = as_json or ctx.obj.json
+    try:
+        api_key = _api_key(cluster)
+    except SparkctlError:
+        api_key = None  # status still shows everything else; /v1/models will say 401
+    fleet = _fleet(cluster)
+    http = _http()
+    try:
+        snap = gates.snapshot(cluster, doc, fleet, http, api_key)
+        if watch and not as_json:
+            with Live(render_status(snap), console=ui.console, refresh_per_second=4, transient=False) as live:
+                try:
+                    while True:
+                        time.sleep(max(0.0, gates.SAMPLE_INTERVAL_S - snap.seconds))
+                        snap = gates.snapshot(cluster, doc, fleet, http, api_key)
+                        live.update(render_status(snap))
+                except KeyboardInterrupt:
+                    pass
+        elif as_json:
+            ui.print_json({"cluster": cluster.name, **snap.as_dict()})
+        else:
+            ui.console.print(render_status(snap))
+    finally:
+        fleet.close()
+        http.close()
+    if snap.verdict != gates.READY:
+        raise typer.Exit(EXIT_UNHEALTHY)
+
+
+# --- up -------------------------------------------------------------------------------------------
+
+PHASE_MARK = {gates.OK: ui.OK, gates.FAIL: ui.FAIL, gates.WAIT: "[cyan]…[/cyan]", gates.SKIP: ui.SKIP,
+              gates.PENDING: "[dim]·[/dim]"}
+
+
+def phase_table(state: gates.BootState) -> Table:
+    table = Table(title=f"gate: {state.gate}  ({state.elapsed:.0f} s, {state.samples} memory samples)")
+    for col in ("rank", "node", "unit", *gates.PHASES[1:], "MemAvail min GiB", "note"):
+        table.add_column(col.replace("_", " "))
+    for row in sorted(state.rows.values(), key=lambda r: r.rank):
+        table.add_row(
+            str(row.rank), row.name, f"{PHASE_MARK[row.phases['unit']]} {row.unit}",
+            *(PHASE_MARK[row.phases[p]] for p in gates.PHASES[1:]),
+            _gib(row.mem_min), row.note,
+        )
+    return table
+
+
+def preflight_table(checks: list[gates.Check]) -> Table:
+    table = Table(title="preflight")
+    for col in ("node", "check", "", "detail"):
+        table.add_column(col)
+    for c in checks:
+        mark = ui.SKIP if c.skipped else ui.OK if c.ok else ui.FAIL
+        table.add_row(c.node, c.name, mark, c.detail)
+    return table
+
+
+def up(
+    ctx: typer.Context,
+    force: Annotated[bool, typer.Option("--force", help="Start even if another GPU workload runs.")] = False,
+    restart: Annotated[bool, typer.Option("--restart", help="Restart the ranks even if ready.")] = False,
+) -> None:
+    """Start the four ranks in order and wait until they serve (preflight, gates, memory guard)."""
+    cluster, doc = _load(ctx)
+    verbose = ctx.obj.verbose
+    as_json = ctx.obj.json
+    api_key = _api_key(cluster)  # a missing secret is bad input: exit 2 before anything is touched
+    started = time.monotonic()
+    fleet = _fleet(cluster)
+    http = _http()
+    say = ui.err_console.print if as_json else ui.console.print
+    try:
+        before = gates.snapshot(cluster, doc, fleet, http, api_key)
+        current = all(f.data.get("unit_sha256") == _sha(gates.launch(e).get("unit", ""))
+                      for e in doc["nodes"] for f in [before.nodes[e["name"]]])
+        if before.verdict == gates.READY and current and not restart:
+            say(f"{ui.OK} already up and ready; nothing to do (use --restart to restart the ranks)")
+            if as_json:
+                ui.print_json({"cluster": cluster.name, "result": "ready", "changed": False,
+                               **before.as_dict()})
+            return
+        if any(f.reachable and f.active != "inactive" for f in before.nodes.values()):
+            why = "restarting" if before.verdict == gates.READY else f"cluster is {before.verdict}"
+            say(f"stopping the running ranks first ({why})")
+            stop = _stop_all(cluster, verbose)
+            if not stop.ok:
+                raise SparkctlError("could not stop the running ranks",
+                                    hint=f"artifacts: {stop.artifact_dir}",
+                                    details=[str(f) for f in stop.failures][:12])
+
+        checks, _facts = gates.preflight(cluster, doc, fleet, force)
+        failed = [c for c in checks if not c.ok]
+        if failed or verbose:
+            ui.err_console.print(preflight_table(checks if verbose else failed))
+        if failed:
+            raise SparkctlError(
+                f"preflight refused the start: {len(failed)} problem(s); nothing was started",
+                hint="fix the items above (or pass --force for a GPU in use) and run `sparkctl up` again",
+                details=[f"{c.node}: {c.name}: {c.detail}" for c in failed],
+            )
+        say(f"{ui.OK} preflight: {len(checks)} checks passed on {len(cluster.nodes)} nodes")
+
+        from sparkctl.plan import for_up
+
+        try:
+            _run_playbook(for_up(cluster), "installing and starting the rank units", verbose)
+        except SparkctlError:
+            _stop_all(cluster, verbose)
+            raise
+        run_dir = _new_run_dir("up")
+        qualify = _qualify_fn(cluster, run_dir)
+        watch = gates.BootWatch(cluster, doc, fleet, http, api_key, record_dir=run_dir, qualify=qualify)
+        try:
+            if as_json:
+                state = watch.run()
+            else:
+                with Live(phase_table(watch.state), console=ui.console, refresh_per_second=4) as live:
+                    watch.on_update = lambda s: live.update(phase_table(s))
+                    state = watch.run()
+        except gates.GateFailure as exc:
+            say(f"{ui.FAIL} gate failed: {exc.gate} — stopping every rank")
+            _stop_all(cluster, verbose)
+            details = [f"node: {exc.node or 'cluster'}", f"records: {run_dir}"]
+            if exc.log_tail:
+                tail = exc.log_tail.splitlines()[-gates.LOG_TAIL_LINES:]
+                details += ["log tail:"] + [f"    {line}" for line in tail]
+            raise SparkctlError(
+                f"`up` failed at the gate {exc.gate!r} on {exc.node or 'the cluster'}: {exc.detail}",
+                hint="all ranks were stopped; see the log tail, fix, and run `sparkctl up` again",
+                details=details,
+            ) from None
+        except KeyboardInterrupt:
+            say("interrupted — stopping every rank")
+            _stop_all(cluster, verbose)
+            raise
+        seconds = time.monotonic() - started
+        mins = {n: r.mem_min for n, r in state.rows.items()}
+        if as_json:
+            ui.print_json({"cluster": cluster.name, "result": "ready", "changed": True,
+                           "seconds": round(seconds, 2), "boot_seconds": round(state.elapsed, 2),
+                           "min_mem_available": mins, "records": str(run_dir)})
+        else:
+            low = min((v for v in mins.values() if v is not None), default=None)
+            say(f"{ui.OK} [bold green]ready[/bold green] in {seconds:.1f} s "
+                f"(gates {state.elapsed:.1f} s, lowest MemAvailable {_gib(low)} GiB); records in {run_dir}")
+    finally:
+        fleet.close()
+        http.close()
+
+
+def _sha(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _qualify_fn(cluster: Any, run_dir: Path) -> Any:
+    if not cluster.profile.gates.qualify_on_up:
+        return None
+    try:
+        from sparkctl.qa.qualify import run_qualify
+    except ImportError:  # the qa package is optional at this gate
+        return None
+
+    def call() -> tuple[bool, str]:
+        try:
+            report = run_qualify(cluster, "quick", run_dir)
+        except SparkctlError as exc:
+            return False, exc.message
+        return report.passed, ("passed" if report.passed else "failed: " + ", ".join(report.failed))
+
+    return call
+
+
+# --- down -----------------------------------------------------------------------------------------
+
+
+def down(
+    ctx: typer.Context,
+    grace: Annotated[int | None, typer.Option("--grace", help="Seconds rank 0 may drain before the forced shutdown.")] = None,  # noqa: E501
+) -> None:
+    """Stop every rank: SIGTERM rank 0, grace period, forced shutdown, SIGKILL backstop. Idempotent."""
+    cluster, doc = _load(ctx)
+    if grace is not None and grace < 0:
+        raise InputError("--grace must be >= 0")
+    result = _stop_all(cluster, ctx.obj.verbose, grace)
+    if not result.ok:
+        raise SparkctlError("stopping the ranks failed", hint=f"artifacts: {result.artifact_dir}",
+                            details=[str(f) for f in result.failures][:12])
+    fleet = _fleet(cluster)
+    try:
+        facts = gates.collect(cluster, doc, fleet, "watch", timeout=10)
+    finally:
+        fleet.close()
+    running = [f"{f.name}: {f.active}" for f in facts.values() if f.reachable and f.active != "inactive"]
+    if running:
+        raise SparkctlError("ranks still running after down", details=running)
+    stopped = result.changed_total > 0
+    if ctx.obj.json:
+        ui.print_json({"cluster": cluster.name, "result": "down", "stopped": stopped,
+                       "nodes": {n: f.active if f.reachable else f"unreachable: {f.error}"
+                                 for n, f in facts.items()}})
+    else:
+        ui.console.print(f"{ui.OK} every rank is stopped" + ("" if stopped else " (nothing was running)"))
+
+
+# --- logs -----------------------------------------------------------------------------------------
+
+
+def journal_command(unit: str, lines: int | None, since: str | None, follow: bool) -> str:
+    cmd = ["journalctl", "-u", unit, "--no-pager", "-o", "short-iso"]
+    if since:
+        cmd += ["--since", since]
+    if lines is not None:
+        cmd += ["-n", str(lines)]
+    if follow:
+        cmd.append("-f")
+    return " ".join(shlex.quote(w) for w in cmd)
+
+
+def logs(
+    ctx: typer.Context,
+    rank: Annotated[int | None, typer.Argument(help="Only this rank (default: all).")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
+    since: Annotated[str | None, typer.Option("--since", help="journalctl --since, e.g. '-10min'.")] = None,
+    lines: Annotated[int, typer.Option("--lines", "-n", help="Lines per rank.")] = 100,
+) -> None:
+    """The journal of the rank units, prefixed by rank and node."""
+    cluster, doc = _load(ctx)
+    nodes = [n for n in cluster.nodes if rank is None or n.rank == rank]
+    if not nodes:
+        raise InputError(f"no rank {rank} in this cluster", hint=f"ranks are 0..{len(cluster.nodes) - 1}")
+    unit = gates.unit_name(doc)
+    secrets = _secrets(cluster)
+    fleet = _fleet(cluster)
+    label = {n.name: f"[r{n.rank} {n.name}]" for n in nodes}
+    lock = threading.Lock()
+
+    def emit(node: str, line: str) -> None:
+        with lock:
+            sys.stdout.write(f"{label[node]} {gates.redact(line, secrets)}\n")
+            sys.stdout.flush()
+
+    try:
+        if not follow:
+            cmd = journal_command(unit, lines, since, False) + "\n"
+            results = fleet.run(cmd, timeout=30, only=[n.name for n in nodes])
+            bad = []
+            for n in nodes:
+                res = results[n.name]
+                if not res.reachable:
+                    bad.append(f"{n.name}: {res.error}")
+                    continue
+                for line in res.stdout.splitlines():
+                    emit(n.name, line)
+            if bad:
+                raise UnhealthyError("some nodes could not be read", details=bad)
+            return
+        stop = threading.Event()
+        cmd = journal_command(unit, lines, since, True)
+        threads = [threading.Thread(target=fleet.stream, args=(n.name, cmd, emit, stop), daemon=True)
+                   for n in nodes]
+        for t in threads:
+            t.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            stop.set()
+    finally:
+        fleet.close()
+
+
+# --- bundle ---------------------------------------------------------------------------------------
+
+BUNDLE_SCRIPT = """\
+echo '--- uname'; uname -a
+echo '--- os-release'; cat /etc/os-release 2>/dev/null
+echo '--- python'; python3 --version 2>&1
+echo '--- unit'; systemctl status {unit} --no-pager -n 0 2>&1
+echo '--- unit-file'; systemctl cat {unit} --no-pager 2>&1
+echo '--- files'; ls -l /etc/sparkctl 2>&1
+echo '--- journal'; journalctl -u {unit} -n {lines} --no-pager -o short-iso 2>&1
+echo '--- links'; ip -s -d link show 2>&1
+echo '--- addresses'; ip -br addr 2>&1
+echo '--- rdma'; (rdma link show 2>&1 || echo 'no rdma tool')
+echo '--- gpu'; (nvidia-smi 2>&1 || echo 'no nvidia-smi')
+echo '--- meminfo'; cat /proc/meminfo
+echo '--- docker'; (docker ps -a 2>&1 || echo 'no docker')
+"""
+
+
+def build_bundle(
+    cluster: Any, doc: dict[str, Any], fleet: Any, http: httpx.Client, lines: int = 300
+) -> bytes:
+    """The support tarball (gzip) as bytes; every secret value and bearer token redacted."""
+    from sparkctl.cli.cluster import cluster_summary
+
+    secrets = _secrets(cluster)
+    try:
+        api_key = _api_key(cluster)
+    except SparkctlError:
+        api_key = None
+    snap = gates.snapshot(cluster, doc, fleet, http, api_key)
+    node_out = fleet.run(BUNDLE_SCRIPT.format(unit=gates.unit_name(doc), lines=int(lines)), timeout=60)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    root = f"sparkctl-bundle-{cluster.name}-{stamp}"
+    files: dict[str, str] = {
+        "versions.json": json.dumps(_versions(), indent=2),
+        "identity.json": json.dumps(cluster_summary(cluster), indent=2, default=str),
+        "plan.json": json.dumps(doc, indent=2),
+        "status.json": json.dumps(snap.as_dict(), indent=2, default=str),
+    }
+    for name, res in node_out.items():
+        if not res.reachable:
+            files[f"nodes/{name}/unreachable.txt"] = f"{res.error}\n"
+            continue
+        parsed = remote.parse_sections(res.stdout)
+        for section, text in parsed.blocks.items():
+            files[f"nodes/{name}/{section}.txt"] = text + "\n"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for rel, text in sorted(files.items()):
+            data = gates.redact(text, secrets).encode()
+            info = tarfile.TarInfo(f"{root}/{rel}")
+            info.size = len(data)
+            info.mtime = int(time.time())
+            info.mode = 0o600
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _versions() -> dict[str, Any]:
+    out: dict[str, Any] = {"sparkctl": __version__, "python": platform.python_version(),
+                           "platform": platform.platform()}
+    for pkg in ("ansible-core", "ansible-runner", "paramiko", "httpx"):
+        try:
+            from importlib.metadata import version
+
+            out[pkg] = version(pkg)
+        except Exception:
+            out[pkg] = None
+    return out
+
+
+def bundle(
+    ctx: typer.Context,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Tarball path (default: ./sparkctl-bundle-<site>-<time>.tar.gz).")] = None,  # noqa: E501
+    lines: Annotated[int, typer.Option("--lines", "-n", help="Journal lines per rank.")] = 300,
+) -> None:
+    """A support tarball: versions, identity table, rendered config, unit states, journals, link counters; secrets redacted."""  # noqa: E501
+    cluster, doc = _load(ctx)
+    fleet = _fleet(cluster)
+    http = _http()
+    try:
+        data = build_bundle(cluster, doc, fleet, http, lines)
+    finally:
+        fleet.close()
+        http.close()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = output or Path(f"sparkctl-bundle-{cluster.name}-{stamp}.tar.gz")
+    path.write_bytes(data)
+    path.chmod(0o600)
+    if ctx.obj.json:
+        ui.print_json({"bundle": str(path), "bytes": len(data)})
+    else:
+        ui.console.print(f"{ui.OK} wrote {path} ({len(data) / 1024:.0f} KiB, secrets redacted)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("up")(up)
+    app.command("down")(down)
+    app.command("status")(status)
+    app.command("logs")(logs)
+    app.command("bundle")(bundle)
+
+
+__all__ = ["EXIT_FAILED", "register"]

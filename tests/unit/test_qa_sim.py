@@ -37,30 +37,35 @@ def _free_port() -> int:
 
 
 class Sim:
-    def __init__(self, proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
-        self.proc, self.port, self.log = proc, port, log
+    """Ranks started for one test; rank 0 (the last started) serves the API."""
+
+    def __init__(self, procs: list[subprocess.Popen[bytes]], port: int, log: Path) -> None:
+        self.procs, self.port, self.log = procs, port, log
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        return self.procs[-1]
 
     @property
     def root(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def stop(self) -> None:
+        for proc in reversed(self.procs):  # rank 0 first, as `down` does
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
-def _start(tmp_path: Path, **knobs: str) -> Sim:
-    port, dist = _free_port(), _free_port()
-    argv = [
-        sys.executable, "-m", "sparkctl.sim.rank", "serve",
-        "--model-path", str(tmp_path / "model"),
-        "--served-model-name", MODEL,
-        "--tp-size", "1",
-        "--nnodes", "1",
-        "--node-rank", "0",
-        "--dist-init-addr", f"127.0.0.1:{dist}",
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--context-length", str(CONTEXT),
-        "--max-running-requests", "8",
-        "--api-key", API_KEY,
-    ]  # fmt: skip
+
+def _start(tmp_path: Path, nnodes: int = 1, **knobs: str) -> Sim:
+    """``nnodes`` simulated ranks on loopback (workers first), each with the argv a real rank gets."""
+    dist = _free_port()
+    ports = [_free_port() for _ in range(nnodes)]
     # fast unless a test sets its own pace: qualify judges answers, not speed
     fast = {
         "SPARKCTL_SIM_TOKEN_RATE": "2000",
@@ -68,20 +73,38 @@ def _start(tmp_path: Path, **knobs: str) -> Sim:
         "SPARKCTL_SIM_TTFT_S": "0",
     }
     env = {**os.environ, "SPARKCTL_SIM_BOOT_DELAY_S": "0", **fast, **knobs}
-    log = tmp_path / f"sim-{port}.log"
+    log = tmp_path / f"sim-{ports[0]}.log"
+    procs = []
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        for rank in [*range(1, nnodes), 0]:
+            argv = [
+                sys.executable, "-m", "sparkctl.sim.rank", "serve",
+                "--model-path", str(tmp_path / "model"),
+                "--served-model-name", MODEL,
+                "--tp-size", str(nnodes),
+                "--nnodes", str(nnodes),
+                "--node-rank", str(rank),
+                "--dist-init-addr", f"127.0.0.1:{dist}",
+                "--host", "127.0.0.1",
+                "--port", str(ports[rank]),
+                "--context-length", str(CONTEXT),
+                "--max-running-requests", "8",
+                "--api-key", API_KEY,
+            ]  # fmt: skip
+            procs.append(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT))
+    sim = Sim(procs, ports[0], log)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"simulator exited {proc.returncode}:\n{log.read_text()[-2000:]}")
+        if any(p.poll() is not None for p in procs):
+            sim.stop()
+            raise AssertionError(f"a simulated rank exited:\n{log.read_text()[-2000:]}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=1).status_code == 200:
-                return Sim(proc, port, log)
+            if httpx.get(f"{sim.root}/ready", timeout=1).status_code == 200:
+                return sim
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
-    proc.kill()
+    sim.stop()
     raise AssertionError(f"simulator not ready within 30 s:\n{log.read_text()[-2000:]}")
 
 
@@ -89,19 +112,14 @@ def _start(tmp_path: Path, **knobs: str) -> Sim:
 def start_sim(tmp_path: Path) -> Iterator[Callable[..., Sim]]:
     started: list[Sim] = []
 
-    def start(**knobs: str) -> Sim:
-        sim = _start(tmp_path, **knobs)
+    def start(nnodes: int = 1, **knobs: str) -> Sim:
+        sim = _start(tmp_path, nnodes, **knobs)
         started.append(sim)
         return sim
 
     yield start
     for sim in started:
-        sim.proc.terminate()
-        try:
-            sim.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            sim.proc.kill()
-            sim.proc.wait()
+        sim.stop()
 
 
 def test_full_suite_passes_and_keeps_evidence(start_sim: Callable[..., Sim], tmp_path: Path) -> None:
@@ -143,6 +161,18 @@ def test_garbage_under_batching_fails_arithmetic(start_sim: Callable[..., Sim], 
         discover(sim.root, api_key=API_KEY), "quick", tmp_path / "g", checks=["plain", "arithmetic"]
     )
     assert report.failed == ["arithmetic"]  # one request at a time is fine; eight at once are not
+
+
+def test_four_ranks_on_loopback_then_a_dead_worker(start_sim: Callable[..., Sim], tmp_path: Path) -> None:
+    sim = start_sim(nnodes=4)
+    endpoint = discover(sim.root, api_key=API_KEY)
+    assert qualify.qualify_endpoint(endpoint, "quick", tmp_path / "four").passed
+    sim.procs[1].kill()  # rank 2 (workers were started 1, 2, 3, then rank 0)
+    sim.procs[1].wait()
+    time.sleep(6)  # the simulator notices a lost peer within 5 s
+    report = qualify.qualify_endpoint(endpoint, "quick", tmp_path / "dead", checks=["plain", "arithmetic"])
+    assert report.failed == ["plain", "arithmetic"]
+    assert all("error" in c.detail for c in report.checks)
 
 
 def test_wrong_key_is_an_input_error(start_sim: Callable[..., Sim]) -> None:

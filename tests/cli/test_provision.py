@@ -1,0 +1,204 @@
+"""`sparkctl provision` and `sparkctl check fabric` with the runner faked: which playbook, which
+options, which exit code — and nothing contacted on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sparkctl import runner
+from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from sparkctl.plan import Plan
+
+NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
+
+
+class FakeRunner:
+    """Stands in for runner.execute: records plans, feeds events, returns a canned result."""
+
+    def __init__(self) -> None:
+        self.plans: list[Plan] = []
+        self.failures: list[runner.Failure] = []
+        self.results: dict[str, dict[str, dict[str, Any]]] = {}
+        self.changed = 0
+
+    def __call__(self, plan: Plan, on_event: Any = None, **_: Any) -> runner.RunResult:
+        self.plans.append(plan)
+        hosts = NODES + ["crs812"]
+        if on_event is not None:
+            on_event(runner.RunnerEvent(runner.PLAY, task="Provision the Spark nodes"))
+            for h in hosts:
+                on_event(runner.RunnerEvent(runner.TASK, host=h, task="Write the fabric netplan"))
+                on_event(runner.RunnerEvent(runner.CHANGED if self.changed else runner.OK, host=h, task="x"))
+        bad = {f.host for f in self.failures}
+        stats = {
+            h: runner.HostStats(ok=5, changed=self.changed, failed=int(h in bad and not self._unr(h)),
+                                unreachable=int(self._unr(h)))
+            for h in hosts
+        }
+        return runner.RunResult(
+            plan=plan,
+            rc=2 if self.failures else 0,
+            status="failed" if self.failures else "successful",
+            stats=stats,
+            failures=list(self.failures),
+            artifact_dir=Path("/tmp/fake-run/artifacts/ansible"),
+            run_dir=Path("/tmp/fake-run"),
+            duration_s=1.5,
+            results=self.results,
+        )
+
+    def _unr(self, host: str) -> bool:
+        return any(f.host == host and f.unreachable for f in self.failures)
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
+    f = FakeRunner()
+    monkeypatch.setattr(runner, "execute", f)
+    return f
+
+
+def test_provision_runs_the_provision_playbook(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+    res = run_cli("-i", str(example_copy), "provision")
+    assert res.code == EXIT_OK, res.err
+    (plan,) = fake.plans
+    assert plan.playbook == "provision.yml"
+    assert Path(plan.inventory) == example_copy
+    assert (plan.check, plan.diff, plan.limit, plan.tags) == (False, False, None, ())
+    assert plan.extravars == {}  # rendered values come from the vars plugin, never extravars
+    assert "provision: 5 hosts ok, 0 changed" in res.out
+
+
+def test_provision_check_diff_limit_tags(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+    res = run_cli("-i", str(example_copy), "provision", "--check", "--diff", "--limit", "spark-1,spark-2",
+                  "--tags", "fabric,qos", "--tags", "firewall")
+    assert res.code == EXIT_OK, res.err
+    (plan,) = fake.plans
+    assert (plan.check, plan.diff) == (True, True)
+    assert plan.limit == "spark-1,spark-2"
+    assert plan.tags == ("fabric", "qos", "firewall")
+    assert plan.argv()[-4:] == ["--tags", "fabric,qos,firewall", "--check", "--diff"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--limit", "spark-9"], "spark-9"),
+        (["--tags", "fabrik"], "fabrik"),
+    ],
+)
+def test_bad_options_exit_2_before_running(
+    run_cli: Any, example_copy: Path, fake: FakeRunner, args: list[str], needle: str
+) -> None:
+    res = run_cli("-i", str(example_copy), "provision", *args)
+    assert res.code == EXIT_USAGE
+    assert needle in res.err
+    assert fake.plans == []
+
+
+def test_bad_inventory_exits_2_and_contacts_nothing(
+    run_cli: Any, example_copy: Path, fake: FakeRunner, no_network: list[str]
+) -> None:
+    hosts = example_copy / "hosts.yml"
+    doc = yaml.safe_load(hosts.read_text())
+    doc["all"]["children"]["sparks"]["hosts"]["spark-2"]["sparkctl_rank"] = 1  # duplicate rank
+    hosts.write_text(yaml.safe_dump(doc))
+    res = run_cli("-i", str(example_copy), "provision")
+    assert res.code == EXIT_USAGE
+    assert "rank" in res.err
+    assert fake.plans == []
+
+
+def test_provision_failure_names_the_host(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+    fake.failures = [runner.Failure("spark-3", "Read the node identity", "Connection timed out", unreachable=True)]
+    res = run_cli("-i", str(example_copy), "provision")
+    assert res.code == EXIT_FAILED
+    flat = " ".join(res.err.replace("│", " ").split())
+    assert "provision failed on spark-3" in flat
+    assert "power on or fix SSH to spark-3" in flat
+
+
+def test_provision_json(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+    fake.changed = 2
+    res = run_cli("-i", str(example_copy), "--json", "provision")
+    assert res.code == EXIT_OK, res.err
+    doc = json.loads(res.out)
+    assert doc["playbook"] == "provision.yml" and doc["ok"] is True
+    assert doc["hosts"]["spark-0"]["changed"] == 2
+    assert doc["artifact_dir"] == "/tmp/fake-run/artifacts/ansible"
+
+
+# --- check fabric ----------------------------------------------------------------------------------
+
+
+def _probe(node: str, rank: int, *, mtu: int = 9000, failing: set[tuple[str, str, int]] | None = None,
+           rdma: bool = False) -> dict[str, Any]:
+    ports = []
+    for half, netdev in enumerate(["enp1s0f0np0", "enP2p1s0f0np0"]):
+        ports.append({
+            "netdev": netdev, "present": True, "state": "UP", "carrier": True, "mtu": mtu,
+            "addresses": [f"10.77.{half}.{10 + rank}/24"], "speed_mbps": 200000,
+            "rdma": rdma, "gid_index": 3 if rdma else None, "gid_error": None if rdma else "no RDMA device",
+        })
+    pings = []
+    for peer_rank, peer in enumerate(NODES):
+        if peer == node:
+            continue
+        for half in (0, 1):
+            ok = (node, peer, half) not in (failing or set())
+            pings.append({"peer": peer, "index": half, "netdev": ports[half]["netdev"],
+                          "src": f"10.77.{half}.{10 + rank}", "dst": f"10.77.{half}.{10 + peer_rank}",
+                          "ok": ok, "detail": "3/3 replies" if ok else "0/3 replies"})
+    return {"ports": ports, "pings": pings, "rdma": rdma}
+
+
+def test_check_fabric_all_good_reports_skips_not_ok(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+    fake.results = {"Probe the fabric": {n: _probe(n, i) for i, n in enumerate(NODES)}}
+    res = run_cli("-i", str(example_copy), "check", "fabric")
+    assert res.code == EXIT_OK, res.err
+    (plan,) = fake.plans
+    assert plan.playbook == "check_fabric.yml" and not plan.check
+    flat = " ".join(res.out.split())
+    assert "all 24 ordered pairs" in flat
+    assert "ib_write_bw per pair: skipped: no RDMA device" in flat
+    assert "NCCL all-reduce bus bandwidth: skipped:" in flat
+
+
+def test_check_fabric_names_node_port_and_pair(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+    # spark-2's half A is behind a switch port at MTU 1500: every jumbo ping to/from it on half A fails.
+    failing = {(a, b, 0) for a in NODES for b in NODES if a != b and "spark-2" in (a, b)}
+    fake.results = {
+        "Probe the fabric": {n: _probe(n, i, failing=failing) for i, n in enumerate(NODES)},
+    }
+    res = run_cli("-i", str(example_copy), "--json", "check", "fabric")
+    assert res.code == EXIT_FAILED
+    doc = json.loads(res.out)
+    assert doc["ok"] is False
+    text = "\n".join(doc["problems"])
+    assert "spark-0 enp1s0f0np0 -> spark-2 10.77.0.12 failed" in text
+    assert "likely culprit: spark-2 enp1s0f0np0 (switch port qsfp56-dd-3-1)" in text
+    assert len([p for p in doc["pairs"] if not p["ok"]]) == 6
+    assert "likely culprit: spark-2 enp1s0f0np0" in res.err
+
+
+def test_check_fabric_reports_unreachable_node(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+    fake.results = {"Probe the fabric": {n: _probe(n, i) for i, n in enumerate(NODES) if n != "spark-3"}}
+    fake.failures = [runner.Failure("spark-3", "Probe the fabric", "Connection timed out", unreachable=True)]
+    res = run_cli("-i", str(example_copy), "check", "fabric")
+    assert res.code == EXIT_FAILED
+    assert "spark-3: not reachable" in " ".join(res.out.split())
+
+
+def test_check_fabric_gid_mismatch_on_hardware(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+    probes = {n: _probe(n, i, rdma=True) for i, n in enumerate(NODES)}
+    probes["spark-1"]["ports"][1]["gid_index"] = 5
+    fake.results = {"Probe the fabric": probes}
+    res = run_cli("-i", str(example_copy), "--json", "check", "fabric")
+    assert res.code == EXIT_FAILED
+    doc = json.loads(res.out)
+    assert any("GID index differs across nodes on half 1: [3, 5]" in p for p in doc["problems"])

@@ -28,7 +28,7 @@ class FakeRunner:
 
     def __call__(self, plan: Plan, on_event: Any = None, **_: Any) -> runner.RunResult:
         self.plans.append(plan)
-        hosts = NODES + ["crs812"]
+        hosts = [*NODES, "crs812"]
         if on_event is not None:
             on_event(runner.RunnerEvent(runner.PLAY, task="Provision the Spark nodes"))
             for h in hosts:
@@ -115,7 +115,9 @@ def test_bad_inventory_exits_2_and_contacts_nothing(
 
 
 def test_provision_failure_names_the_host(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
-    fake.failures = [runner.Failure("spark-3", "Read the node identity", "Connection timed out", unreachable=True)]
+    fake.failures = [
+        runner.Failure("spark-3", "Read the node identity", "Connection timed out", unreachable=True)
+    ]
     res = run_cli("-i", str(example_copy), "provision")
     assert res.code == EXIT_FAILED
     flat = " ".join(res.err.replace("│", " ").split())
@@ -157,7 +159,7 @@ def _probe(node: str, rank: int, *, mtu: int = 9000, failing: set[tuple[str, str
     return {"ports": ports, "pings": pings, "rdma": rdma}
 
 
-def test_check_fabric_all_good_reports_skips_not_ok(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+def test_check_fabric_all_good_reports_skips(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
     fake.results = {"Probe the fabric": {n: _probe(n, i) for i, n in enumerate(NODES)}}
     res = run_cli("-i", str(example_copy), "check", "fabric")
     assert res.code == EXIT_OK, res.err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ PLAYBOOK = """\
 def project(tmp_path: Path) -> Path:
     (tmp_path / "playbooks").mkdir()
     (tmp_path / "playbooks" / "probe.yml").write_text(PLAYBOOK)
-    py = Path(os.sys.executable)
+    py = Path(sys.executable)
     (tmp_path / "hosts.yml").write_text(
         "all:\n  vars:\n    ansible_connection: local\n"
         f"    ansible_python_interpreter: {py}\n"
@@ -90,7 +91,8 @@ def test_second_run_reports_no_change_and_check_mode(project: Path) -> None:
 
 def test_missing_playbook_is_usage_error(project: Path) -> None:
     with pytest.raises(runner.SparkctlError) as err:
-        runner.execute(Plan("nope.yml", project / "hosts.yml"), runs_dir=project / "runs", project_dir=project)
+        plan = Plan("nope.yml", project / "hosts.yml")
+        runner.execute(plan, runs_dir=project / "runs", project_dir=project)
     assert err.value.exit_code == 2
 
 
@@ -111,6 +113,6 @@ def test_control_dir_falls_back_when_path_too_long(tmp_path: Path) -> None:
 
 def test_environment_puts_interpreter_bin_first(tmp_path: Path) -> None:
     env = runner.run_environment(tmp_path, tmp_path / "cp")
-    assert env["PATH"].split(os.pathsep)[0] == str(Path(os.sys.executable).parent)
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
     assert env["ANSIBLE_CONFIG"].endswith("ansible.cfg")
     assert env["ANSIBLE_SSH_CONTROL_PATH_DIR"] == str(tmp_path / "cp")

@@ -70,6 +70,6 @@ def test_bench_writes_json_table_and_plot(serving: Lab, tmp_path: Path) -> None:
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert Path(doc["results_json"]).is_file()
 
-    table = serving.run_sparkctl("bench", *args, "--results", str(tmp_path))
+    table = serving.run_sparkctl("bench", *args, "--results", str(tmp_path), env={"COLUMNS": "200"})
     assert table.returncode == 0
     assert "simulator" in table.stdout and "compared to nothing" in table.stdout

@@ -1,0 +1,140 @@
+# -*- coding: utf-8 -*-
+"""Ansible vars plugin: hand every host the values sparkctl renders for it.
+
+For a sparkctl inventory directory (one with group_vars/all/sparkctl.yml), the inventory is
+loaded with sparkctl's own model (`sparkctl.model.load_inventory`) and rendered with
+`sparkctl.render`, so roles never re-derive argv, env, unit, netplan, QoS, firewall or switch text:
+
+  spark hosts:  sparkctl_rendered = that node's entry of `sparkctl plan --json` (files, file_modes,
+                rank_launch, fabric, ...), sparkctl_cluster = cluster-wide facts
+  switch host:  sparkctl_rendered = {type, name, file, switch_config}, sparkctl_cluster as above
+
+Secrets appear only as "<secret:NAME>" markers. A bad inventory stops Ansible with sparkctl's own
+message listing every problem. Enabled in ansible.cfg (vars_plugins_enabled).
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: sparkctl_rendered
+short_description: Rendered sparkctl values (files, units, switch config) per host
+description:
+  - Loads the sparkctl inventory with the sparkctl model and exposes each host's rendered values
+    as C(sparkctl_rendered), and cluster facts as C(sparkctl_cluster).
+requirements:
+  - the sparkctl package (installed in the controller's environment, or this repository checkout)
+options:
+  stage:
+    ini:
+      - key: stage
+        section: vars_sparkctl_rendered
+    env:
+      - name: ANSIBLE_VARS_PLUGIN_STAGE
+extends_documentation_fragment:
+  - vars_plugin_staging
+"""
+
+import os
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleError
+from ansible.inventory.host import Host
+from ansible.plugins.vars import BaseVarsPlugin
+
+_REPO = Path(__file__).resolve().parents[2]
+_CACHE = {}
+
+
+def _sparkctl():
+    try:
+        from sparkctl import render
+        from sparkctl.model import load_inventory
+    except ImportError:
+        sys.path.insert(0, str(_REPO))
+        from sparkctl import render
+        from sparkctl.model import load_inventory
+    return load_inventory, render
+
+
+def _stamp(inv: Path):
+    files = [inv / "hosts.yml", inv / "hosts.yaml"]
+    for sub in ("group_vars", "host_vars"):
+        d = inv / sub
+        if d.is_dir():
+            files += sorted(p for p in d.rglob("*") if p.is_file())
+    return tuple((str(p), p.stat().st_mtime_ns) for p in files if p.is_file())
+
+
+def _cluster_facts(cluster):
+    head = cluster.head
+    return {
+        "name": cluster.name,
+        "profile": cluster.profile.name,
+        "runtime": cluster.runtime.kind,
+        "head": head.name,
+        "bootstrap_ips": {k: str(v) for k, v in cluster.bootstrap_ips.items()},
+        "nodes": [
+            {
+                "name": n.name,
+                "rank": n.rank,
+                "mgmt": str(n.mgmt_ip),
+                "fabric": [{"netdev": str(p.netdev), "hca": str(p.hca), "ip": str(p.ip)} for p in n.fabric_ports],
+            }
+            for n in cluster.nodes
+        ],
+        "switch": None if cluster.switch is None else {"name": cluster.switch.name, "type": cluster.switch.type},
+    }
+
+
+def _rendered(inv: Path):
+    key = str(inv)
+    stamp = _stamp(inv)
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    load_inventory, render = _sparkctl()
+    try:
+        cluster = load_inventory(inv)
+    except Exception as exc:  # sparkctl's InputError lists every problem
+        details = getattr(exc, "details", None) or []
+        hint = getattr(exc, "hint", None)
+        text = str(exc) + "".join(f"\n  - {d}" for d in details) + (f"\n  {hint}" if hint else "")
+        raise AnsibleError(f"sparkctl inventory {inv}: {text}") from exc
+    doc = render.plan_document(cluster)
+    facts = _cluster_facts(cluster)
+    per_host = {}
+    for entry in doc["nodes"]:
+        per_host[entry["name"]] = {"sparkctl_rendered": entry, "sparkctl_cluster": facts}
+    sw = doc.get("switch") or {}
+    if cluster.switch is not None:
+        per_host[cluster.switch.name] = {
+            "sparkctl_rendered": {
+                "type": sw.get("type"),
+                "name": sw.get("name"),
+                "file": sw.get("file"),
+                "switch_config": sw.get("config", ""),
+            },
+            "sparkctl_cluster": facts,
+        }
+    _CACHE[key] = (stamp, per_host)
+    return per_host
+
+
+class VarsModule(BaseVarsPlugin):
+    REQUIRES_ENABLED = True
+    is_stateless = True
+
+    def get_vars(self, loader, path, entities, cache=True):
+        super().get_vars(loader, path, entities)
+        inv = Path(os.path.realpath(path))
+        if not (inv / "group_vars" / "all" / "sparkctl.yml").is_file():
+            return {}
+        hosts = [e for e in (entities if isinstance(entities, list) else [entities]) if isinstance(e, Host)]
+        if not hosts:
+            return {}
+        per_host = _rendered(inv)
+        data = {}
+        for host in hosts:
+            data.update(per_host.get(host.name, {}))
+        return data

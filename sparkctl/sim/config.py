@@ -445,6 +445,45 @@ KNOBS: tuple[Knob, ...] = (
 )
 
 
+# A profile's `simulator:` keys -> knob variables (any knob may also be named by its lower-case suffix,
+# e.g. `ttft_s` -> SPARKCTL_SIM_TTFT_S).
+PROFILE_KEYS = {
+    "hold_mem_mib": "SPARKCTL_SIM_HOLD_MIB",
+    "fault": "SPARKCTL_SIM_FAULT",
+    "faults": "SPARKCTL_SIM_FAULT",
+}
+
+
+def knob_env(settings: Mapping[str, Any]) -> dict[str, str]:
+    """The environment that gives a rank these simulator settings (a profile's ``simulator:`` section).
+
+    Raises ValueError naming an unknown key or a bad value, checked exactly as the rank would check it.
+    """
+    known = {k.env for k in KNOBS}
+    env: dict[str, str] = {}
+    for key, value in settings.items():
+        name = PROFILE_KEYS.get(key) or "SPARKCTL_SIM_" + key.upper()
+        if name not in known:
+            choices = ", ".join(
+                sorted({k.env[len("SPARKCTL_SIM_") :].lower() for k in KNOBS} | set(PROFILE_KEYS))
+            )
+            raise ValueError(f"simulator.{key}: unknown simulator setting; known: {choices}")
+        if value is None:
+            continue
+        if isinstance(value, list | tuple | set | frozenset):
+            text = ",".join(str(v) for v in value)
+        elif isinstance(value, bool):
+            raise ValueError(f"simulator.{key}: expected a number or text, got {value}")
+        else:
+            text = str(value)
+        env[name] = text
+    try:
+        load_knobs(env)
+    except ArgError as exc:
+        raise ValueError(str(exc)) from None
+    return env
+
+
 @dataclass(frozen=True)
 class Knobs:
     boot_delay_s: float = 2.0

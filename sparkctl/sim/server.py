@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from sparkctl.sim.rank import RankProcess
 
 AUTH_EXEMPT = ("/health", "/ready", "/metrics")
+BATCH_WINDOW_S = 0.05
 ENV_PREFIXES = ("SGLANG_", "SGL_", "NCCL_", "GLOO_", "TP_SOCKET", "CUDA_", "SPARKCTL_SIM_")
 
 
@@ -340,6 +341,9 @@ class Handler(BaseHTTPRequestHandler):
         try:
             with sched.slot():
                 time.sleep(rank.knobs.ttft_s + prompt.prompt_tokens / rank.knobs.prefill_rate)
+                if rank.knobs.has("garbage-at-batch"):
+                    # one scheduler step: requests arriving together are batched together
+                    time.sleep(BATCH_WINDOW_S)
                 try:
                     reply = rank.responder.reply(body, prompt, max_tokens, running=sched.running)
                 except RequestError as exc:

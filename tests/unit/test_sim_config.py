@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.sim.config import ArgError, load_knobs, parse_argv, parse_simple_yaml
+from sparkctl.sim.config import ArgError, knob_env, load_knobs, parse_argv, parse_simple_yaml
 
 R4_LIKE = [
     "serve",
@@ -123,3 +123,21 @@ def test_knobs_from_environment() -> None:
         load_knobs({"SPARKCTL_SIM_HOLD_MIB": "-5"})
     with pytest.raises(ArgError, match="TOKEN_RATE"):
         load_knobs({"SPARKCTL_SIM_TOKEN_RATE": "0"})
+
+
+def test_profile_simulator_section_maps_onto_knobs() -> None:
+    env = knob_env(
+        {"boot_delay_s": 3, "token_rate": 40, "hold_mem_mib": 256, "faults": ["blind"], "ttft_s": 0.2}
+    )
+    assert env == {
+        "SPARKCTL_SIM_BOOT_DELAY_S": "3",
+        "SPARKCTL_SIM_TOKEN_RATE": "40",
+        "SPARKCTL_SIM_HOLD_MIB": "256",
+        "SPARKCTL_SIM_FAULT": "blind",
+        "SPARKCTL_SIM_TTFT_S": "0.2",
+    }
+    assert load_knobs(env).hold_mib == 256
+    with pytest.raises(ValueError, match=r"simulator.speed: unknown simulator setting"):
+        knob_env({"speed": 3})
+    with pytest.raises(ValueError, match="TOKEN_RATE"):
+        knob_env({"token_rate": -1})

@@ -1,0 +1,220 @@
+"""Fakes for the serving code: a lab-shaped cluster on disk, a scripted fleet of nodes, a fake rank-0 API.
+
+``FakeNodes`` answers the probe scripts of sparkctl.gates (it decodes the parameters embedded in
+the script) and the journalctl/bundle scripts from a per-node scenario that tests change between
+rounds; ``FakeApi`` is an httpx.MockTransport handler for the ranks' HTTP endpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from sparkctl.model import load_inventory
+from sparkctl.remote import HostResult, Target
+from sparkctl.render import plan_document
+
+GIB = 1024**3
+API_KEY = "sk-lab-7f3a9c2e1b5d4f60a8e9"
+
+
+def lab_cluster(tmp: Path, overrides: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    """A lab inventory written the way `sparkctl lab up` writes it, loaded; plus its plan document."""
+    import yaml
+
+    from sparkctl.lab import inventory as lab_inventory
+
+    key = tmp / "api-key"
+    key.write_text(API_KEY + "\n")
+    key.chmod(0o600)
+    inv = lab_inventory.LabInventory(
+        inventory_dir=tmp / "lab",
+        private_key=tmp / "id_ed25519",
+        api_key_file=key,
+        checkpoint_dir=tmp / "checkpoint",
+        host_keys={},
+        nvme_gib={},
+    )
+    lab_inventory.write(inv)
+    if overrides:
+        gv = inv.inventory_dir / lab_inventory.GROUP_VARS_FILE
+        doc = yaml.safe_load(gv.read_text())
+        doc["sparkctl_profile_overrides"] = overrides
+        gv.write_text(yaml.safe_dump(doc))
+    cluster = load_inventory(inv.inventory_dir)
+    return cluster, plan_document(cluster)
+
+
+@dataclass
+class NodeState:
+    unit: str = "inactive"
+    result: str = "success"
+    mem: int = 3 * GIB
+    reachable: bool = True
+    links_up: bool = True
+    mtu: int = 9000
+    shards_ok: bool = True
+    ports: list[int] = field(default_factory=list)
+    procs: list[dict[str, Any]] = field(default_factory=list)
+    gpu_apps: list[str] = field(default_factory=list)
+    identity: str = "sha256:abc"
+    gids: dict[str, int | None] | None = None
+    markers: dict[str, int] = field(default_factory=dict)
+    unit_sha: str | None = None
+    journal: str = "2026-11-29T10:00:00+0000 spark rank[1]: started\n"
+
+
+_PARAMS = re.compile(r"main\(json\.loads\((\".*\")\)\)")
+
+
+class FakeNodes:
+    """A fleet whose nodes answer from ``self.state``; ``on_round`` may change state per probe round."""
+
+    def __init__(self, names: list[str], ranks: dict[str, int]):
+        self.targets = {n: Target(n, f"10.250.0.{10 + ranks[n]}", rank=ranks[n]) for n in names}
+        self.state = {n: NodeState() for n in names}
+        self.calls: list[tuple[str, str]] = []  # (node, mode or command)
+        self.rounds: dict[str, int] = {}
+        self.on_round: Any = None
+        self.closed = False
+
+    def run(self, script: Any, timeout: float = 10.0, only: Any = None) -> dict[str, HostResult]:
+        names = list(only) if only is not None else list(self.targets)
+        out = {}
+        mode = None
+        for n in names:
+            text = script if isinstance(script, str) else script(self.targets[n]) if callable(script) \
+                else script[n]
+            m = _PARAMS.search(text)
+            if m:
+                params = json.loads(json.loads(m.group(1)))
+                mode = params["mode"]
+        if mode is not None:
+            self.rounds[mode] = self.rounds.get(mode, 0) + 1
+            if self.on_round is not None:
+                self.on_round(mode, self.rounds[mode], self.state)
+        for n in names:
+            text = script if isinstance(script, str) else script(self.targets[n]) if callable(script) \
+                else script[n]
+            out[n] = self._answer(n, text)
+        return out
+
+    def _answer(self, name: str, text: str) -> HostResult:
+        st = self.state[name]
+        if not st.reachable:
+            self.calls.append((name, "unreachable"))
+            return HostResult(name, error=f"timed out connecting to {self.targets[name].address}:22")
+        m = _PARAMS.search(text)
+        if m is None:
+            self.calls.append((name, text.split()[0] if text.split() else ""))
+            if text.startswith("journalctl"):
+                return HostResult(name, 0, st.journal)
+            if "--- uname" in text:
+                body = (f"--- uname\nLinux {name}\n--- journal\n{st.journal}"
+                        f"--- links\n2: enp1s0f0np0: mtu {st.mtu}\n    RX: bytes 100\n")
+                return HostResult(name, 0, body)
+            return HostResult(name, 0, "")
+        params = json.loads(json.loads(m.group(1)))
+        mode = params["mode"]
+        self.calls.append((name, mode))
+        data: dict[str, Any] = {
+            "mode": mode,
+            "host": name,
+            "unit": {"active": st.unit, "sub": "running" if st.unit == "active" else "dead", "pid": 0,
+                     "result": st.result, "exit_status": "0", "up_s": 5.0 if st.unit == "active" else None,
+                     "invocation": "abc"},
+            "mem": {"MemTotal": 4 * GIB, "MemAvailable": st.mem},
+        }
+        if mode == "markers":
+            data["markers"] = {p: st.markers.get(p, 0) for p in params.get("patterns", [])}
+        elif mode in ("status", "preflight"):
+            data["links"] = {
+                dev: {"present": True, "state": "up" if st.links_up else "down", "mtu": st.mtu}
+                for dev in params.get("netdevs", [])
+            }
+            data["gpu"] = None
+            data["unit_sha256"] = st.unit_sha
+            if "engram_dir" in params:
+                data["shards"] = ({"verified": True, "files": 2, "bytes": 100} if st.shards_ok
+                                  else {"verified": False, "problem": "manifest-r0of4.json missing"})
+        if mode == "preflight":
+            data.update(caches_dropped=True, ports_listening=st.ports, rank_processes=st.procs,
+                        model={"config": True, "safetensors": 3}, identity=st.identity, gids=st.gids,
+                        gpu_apps=st.gpu_apps, gpu_containers=[])
+        return HostResult(name, 0, json.dumps(data) + "\n")
+
+    def stream(self, name: str, command: str, on_line: Any, stop: Any = None) -> int:
+        for line in self.state[name].journal.splitlines():
+            on_line(name, line)
+        return 0
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeApi:
+    """Rank HTTP endpoints by node address; flip ``ready``/``health`` per address in tests."""
+
+    def __init__(self, cluster: Any, doc: dict[str, Any]):
+        self.head = str(cluster.head.mgmt_ip)
+        self.health = {str(n.mgmt_ip): True for n in cluster.nodes}
+        self.ready = True
+        argv = next(e for e in doc["nodes"] if e["rank"] == 0)["rank_launch"]["argv"]
+        self.server_info = self._info(argv)
+        self.chat_text = "42"
+        self.requests: list[httpx.Request] = []
+
+    @staticmethod
+    def _info(argv: list[str]) -> dict[str, Any]:
+        info: dict[str, Any] = {}
+        for i, word in enumerate(argv):
+            if word.startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                value: Any = argv[i + 1]
+                try:
+                    value = int(value)
+                except ValueError:
+                    pass
+                info[word[2:].replace("-", "_")] = value
+        return info
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        host = request.url.host
+        path = request.url.path
+        if not self.health.get(host, False):
+            raise httpx.ConnectError("connection refused", request=request)
+        if path == "/health":
+            return httpx.Response(200, text="ok")
+        if host != self.head:
+            return httpx.Response(404)
+        if path == "/ready":
+            return httpx.Response(200 if self.ready else 503, text="")
+        if path == "/server_info":
+            return httpx.Response(200, json=self.server_info)
+        if path == "/v1/models":
+            if request.headers.get("authorization") != f"Bearer {API_KEY}":
+                return httpx.Response(401, json={"error": "bad key"})
+            return httpx.Response(200, json={"data": [{"id": "deepseek-v41-flash"}]})
+        if path == "/v1/chat/completions":
+            return httpx.Response(200, json={"choices": [{"message": {"content": self.chat_text},
+                                                          "finish_reason": "stop"}]})
+        return httpx.Response(404)
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(transport=httpx.MockTransport(self))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Ansible vars plugin: hand every host the values sparkctl renders for it.
 
 For a sparkctl inventory directory (one with group_vars/all/sparkctl.yml), the inventory is
@@ -14,6 +13,14 @@ message listing every problem. Enabled in ansible.cfg (vars_plugins_enabled).
 """
 
 from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from ansible.errors import AnsibleError
+from ansible.inventory.host import Host
+from ansible.plugins.vars import BaseVarsPlugin
 
 DOCUMENTATION = r"""
 name: sparkctl_rendered
@@ -33,14 +40,6 @@ options:
 extends_documentation_fragment:
   - vars_plugin_staging
 """
-
-import os
-import sys
-from pathlib import Path
-
-from ansible.errors import AnsibleError
-from ansible.inventory.host import Host
-from ansible.plugins.vars import BaseVarsPlugin
 
 _REPO = Path(__file__).resolve().parents[2]
 _CACHE = {}
@@ -79,11 +78,15 @@ def _cluster_facts(cluster):
                 "name": n.name,
                 "rank": n.rank,
                 "mgmt": str(n.mgmt_ip),
-                "fabric": [{"netdev": str(p.netdev), "hca": str(p.hca), "ip": str(p.ip)} for p in n.fabric_ports],
+                "fabric": [
+                    {"netdev": str(p.netdev), "hca": str(p.hca), "ip": str(p.ip)} for p in n.fabric_ports
+                ],
             }
             for n in cluster.nodes
         ],
-        "switch": None if cluster.switch is None else {"name": cluster.switch.name, "type": cluster.switch.type},
+        "switch": (
+            None if cluster.switch is None else {"name": cluster.switch.name, "type": cluster.switch.type}
+        ),
     }
 
 

@@ -7,6 +7,7 @@ rounds; ``FakeApi`` is an httpx.MockTransport handler for the ranks' HTTP endpoi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -175,10 +176,8 @@ class FakeApi:
         for i, word in enumerate(argv):
             if word.startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
                 value: Any = argv[i + 1]
-                try:
+                with contextlib.suppress(ValueError):
                     value = int(value)
-                except ValueError:
-                    pass
                 info[word[2:].replace("-", "_")] = value
         return info
 

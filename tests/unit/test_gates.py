@@ -107,7 +107,7 @@ def test_preflight_all_good_on_the_lab(lab: Any) -> None:
 
 
 def test_preflight_reports_every_problem_together(lab: Any) -> None:
-    cluster, doc, nodes, _ = lab
+    cluster, _doc, nodes, _ = lab
     nodes.state["spark-0"].ports = [cluster.ports.api]
     nodes.state["spark-1"].procs = [{"pid": 4242, "cmd": "sparkctl-sim-rank serve --node-rank 1"}]
     nodes.state["spark-2"].mem = int(0.2 * GIB)
@@ -187,7 +187,7 @@ def _boots(start_round: int = 1) -> Any:
 
 
 def test_boot_watch_passes_the_gates_in_order(lab: Any, tmp_path: Path) -> None:
-    cluster, doc, nodes, api = lab
+    cluster, _doc, nodes, api = lab
     nodes.on_round = _boots()
     api.ready = False
     workers = [str(n.mgmt_ip) for n in cluster.workers]
@@ -204,7 +204,7 @@ def test_boot_watch_passes_the_gates_in_order(lab: Any, tmp_path: Path) -> None:
 
     nodes.on_round = later
     asked: list[str] = []
-    watch, clock, seen = _watch(lab, tmp_path, qualify=lambda: (asked.append("quick"), (True, "passed"))[1])
+    watch, _clock, seen = _watch(lab, tmp_path, qualify=lambda: (asked.append("quick"), (True, "passed"))[1])
     state = watch.run()
     assert state.done and asked == ["quick"]
     order = [g for i, g in enumerate(seen) if i == 0 or seen[i - 1] != g]
@@ -223,7 +223,7 @@ def test_boot_watch_passes_the_gates_in_order(lab: Any, tmp_path: Path) -> None:
 
 
 def test_memory_guard_stops_the_boot_and_names_the_node(lab: Any, tmp_path: Path) -> None:
-    cluster, doc, nodes, api = lab
+    _cluster, _doc, nodes, api = lab
     api.ready = False
 
     def sink(mode: str, n: int, state: dict[str, Any]) -> None:

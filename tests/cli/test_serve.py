@@ -1,0 +1,207 @@
+"""`sparkctl up/down/status/logs/bundle` with the runner, the SSH fleet and the API faked:
+which playbooks run in which order, what is refused, which exit code, and no secret in a bundle."""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkctl import runner
+from sparkctl.cli import serve
+from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE
+from sparkctl.plan import Plan
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+fakes = importlib.import_module("gates_fakes")
+GIB = fakes.GIB
+API_KEY = fakes.API_KEY
+
+
+class Site:
+    """A lab-shaped site whose nodes follow the playbooks the fake runner is asked to run."""
+
+    def __init__(self, tmp: Path, monkeypatch: pytest.MonkeyPatch, overrides: dict[str, Any] | None = None):
+        self.cluster, self.doc = fakes.lab_cluster(tmp, overrides)
+        self.inventory = Path(self.cluster.inventory_dir)
+        names = [n.name for n in self.cluster.nodes]
+        self.nodes = fakes.FakeNodes(names, {n.name: n.rank for n in self.cluster.nodes})
+        self.api = fakes.FakeApi(self.cluster, self.doc)
+        for st in self.nodes.state.values():
+            st.markers = {"The server is fired up and ready to roll!": 1}
+        self.plans: list[Plan] = []
+        self.fail_playbook: str | None = None
+        self.after_up: Any = None
+        monkeypatch.setattr(serve, "_execute", self.execute)
+        monkeypatch.setattr(serve, "_fleet", lambda cluster: self.nodes)
+        monkeypatch.setattr(serve, "_http", self.api.client)
+        monkeypatch.setattr(serve, "_new_run_dir", lambda verb: tmp / f"run-{verb}")
+        monkeypatch.setattr(serve, "_qualify_fn", lambda cluster, run_dir: lambda: (True, "passed"))
+
+    def execute(self, plan: Plan, on_event: Any = None) -> runner.RunResult:
+        self.plans.append(plan)
+        failures = []
+        changed = 0
+        if plan.playbook == self.fail_playbook:
+            failures = [runner.Failure("spark-2", "Start the worker ranks first", "unit failed to start")]
+        elif plan.playbook == "up.yml":
+            for st in self.nodes.state.values():
+                st.unit = "active"
+            if self.after_up:
+                self.after_up(self.nodes.state)
+            changed = 1
+        elif plan.playbook == "down.yml":
+            changed = int(any(st.unit != "inactive" for st in self.nodes.state.values()))
+            for st in self.nodes.state.values():
+                st.unit = "inactive"
+        stats = {n: runner.HostStats(ok=3, changed=changed) for n in self.nodes.state}
+        return runner.RunResult(plan, 2 if failures else 0, "failed" if failures else "successful", stats,
+                                failures, Path("/tmp/fake/artifacts"), Path("/tmp/fake"), 0.1)
+
+    def books(self) -> list[str]:
+        return [p.playbook for p in self.plans]
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
+    return Site(tmp_path, monkeypatch)
+
+
+def test_up_runs_preflight_playbook_and_gates(run_cli: Any, site: Site) -> None:
+    res = run_cli("-i", str(site.inventory), "--json", "up")
+    assert res.code == EXIT_OK, res.err
+    assert site.books() == ["up.yml"]
+    out = json.loads(res.out)
+    assert out["result"] == "ready" and out["changed"] is True
+    assert set(out["min_mem_available"]) == {"spark-0", "spark-1", "spark-2", "spark-3"}
+    modes = [m for _, m in site.nodes.calls]
+    assert modes.index("preflight") < modes.index("watch") < modes.index("markers")
+    assert API_KEY not in res.out + res.err
+
+
+def test_up_when_ready_and_current_does_nothing(run_cli: Any, site: Site) -> None:
+    for entry in site.doc["nodes"]:
+        st = site.nodes.state[entry["name"]]
+        st.unit = "active"
+        st.unit_sha = serve._sha(entry["rank_launch"]["unit"])
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == EXIT_OK, res.err
+    assert site.books() == [] and "already up" in res.out
+
+
+def test_up_heals_a_degraded_cluster_by_stopping_first(run_cli: Any, site: Site) -> None:
+    for st in site.nodes.state.values():
+        st.unit = "active"
+    site.nodes.state["spark-2"].unit = "failed"
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == EXIT_OK, res.err
+    assert site.books() == ["down.yml", "up.yml"]
+    assert "cluster is degraded" in res.out
+
+
+def test_preflight_refusal_starts_nothing(run_cli: Any, site: Site) -> None:
+    site.nodes.state["spark-3"].reachable = False
+    site.nodes.state["spark-1"].ports = [site.cluster.ports.dist_init]
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == EXIT_FAILED
+    assert site.books() == []
+    assert "preflight refused the start: 2 problem(s)" in res.err
+    assert "spark-3: reachable" in res.err and "spark-1: ports free" in res.err
+
+
+def test_memory_floor_aborts_and_stops_everything(run_cli: Any, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    site = Site(tmp_path, monkeypatch, overrides={"memory": {"floor_gib": 2.5}})
+    site.nodes.state["spark-1"].mem = 3 * GIB
+
+    def squeeze(state: dict[str, Any]) -> None:
+        state["spark-1"].mem = int(2.2 * GIB)
+
+    site.after_up = squeeze
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == EXIT_FAILED
+    assert site.books() == ["up.yml", "down.yml"]
+    assert "memory guard" in res.err and "spark-1" in res.err
+    assert all(st.unit == "inactive" for st in site.nodes.state.values())
+    samples = (tmp_path / "run-up" / "memory-samples.jsonl").read_text().splitlines()
+    assert any(json.loads(s)["node"] == "spark-1" for s in samples)
+
+
+def test_failed_start_playbook_stops_everything(run_cli: Any, site: Site) -> None:
+    site.fail_playbook = "up.yml"
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == EXIT_FAILED
+    assert site.books() == ["up.yml", "down.yml"]
+    assert "spark-2" in res.err and "unit failed to start" in res.err
+
+
+def test_up_without_the_api_key_is_bad_input(run_cli: Any, site: Site) -> None:
+    Path(site.cluster.secrets["api_key"].file).unlink()
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == EXIT_USAGE
+    assert site.books() == [] and site.nodes.calls == []
+
+
+def test_down_is_idempotent(run_cli: Any, site: Site) -> None:
+    for st in site.nodes.state.values():
+        st.unit = "active"
+    res = run_cli("-i", str(site.inventory), "down", "--grace", "5")
+    assert res.code == EXIT_OK, res.err
+    assert site.plans[0].playbook == "down.yml" and site.plans[0].extravars == {"spark_rank_grace_s": 5}
+    assert "every rank is stopped" in res.out and "nothing was running" not in res.out
+    res = run_cli("-i", str(site.inventory), "down")
+    assert res.code == EXIT_OK and "nothing was running" in res.out
+
+
+def test_status_exit_codes_and_json(run_cli: Any, site: Site) -> None:
+    for st in site.nodes.state.values():
+        st.unit = "active"
+    res = run_cli("-i", str(site.inventory), "status", "--json")
+    assert res.code == EXIT_OK, res.err
+    doc = json.loads(res.out)
+    assert doc["verdict"] == "ready" and [n["rank"] for n in doc["nodes"]] == [0, 1, 2, 3]
+    site.nodes.state["spark-2"].unit = "failed"
+    res = run_cli("-i", str(site.inventory), "status")
+    assert res.code == EXIT_UNHEALTHY
+    assert "degraded" in res.out and "spark-2 (rank 2)" in res.out
+    assert site.nodes.closed
+
+
+def test_logs_prefixes_ranks_and_redacts(run_cli: Any, site: Site) -> None:
+    site.nodes.state["spark-1"].journal = f"line one\nleaked key {API_KEY}\n"
+    res = run_cli("-i", str(site.inventory), "logs", "1", "-n", "5")
+    assert res.code == EXIT_OK, res.err
+    assert res.out.splitlines() == ["[r1 spark-1] line one", "[r1 spark-1] leaked key <redacted>"]
+    res = run_cli("-i", str(site.inventory), "logs", "7")
+    assert res.code == EXIT_USAGE
+
+
+def test_bundle_contains_the_facts_and_never_the_key(run_cli: Any, site: Site, tmp_path: Path) -> None:
+    for st in site.nodes.state.values():
+        st.unit = "active"
+        st.journal = f"boot ok\nAuthorization: Bearer {API_KEY}\napi-key: {API_KEY}\n"
+    out = tmp_path / "b.tar.gz"
+    res = run_cli("-i", str(site.inventory), "bundle", "-o", str(out))
+    assert res.code == EXIT_OK, res.err
+    raw = out.read_bytes()
+    key = API_KEY.encode()
+    assert key not in raw and key not in gzip.decompress(raw)
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        names = {m.name.split("/", 1)[1]: m for m in tar.getmembers()}
+        for member in names.values():
+            data = tar.extractfile(member).read()  # type: ignore[union-attr]
+            assert key not in data, member.name
+        assert {"versions.json", "identity.json", "plan.json", "status.json",
+                "nodes/spark-0/journal.txt", "nodes/spark-3/links.txt"} <= set(names)
+        plan = json.loads(tar.extractfile(names["plan.json"]).read())  # type: ignore[union-attr]
+        journal = tar.extractfile(names["nodes/spark-0/journal.txt"]).read().decode()  # type: ignore[union-attr]
+    assert "<secret:api_key>" in json.dumps(plan)
+    assert "boot ok" in journal and "<redacted>" in journal
+    assert oct(out.stat().st_mode & 0o777) == "0o600"

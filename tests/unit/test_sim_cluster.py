@@ -74,7 +74,7 @@ class Cluster:
         ]  # fmt: skip
 
     def start(
-        self, rank: int, name: str | None = None, http_port: int | None = None
+        self, rank: int, name: str | None = None, http_port: int | None = None, extra: list[str] | None = None
     ) -> subprocess.Popen[bytes]:
         name = name or f"r{rank}"
         port = http_port or self.http_ports[rank]
@@ -82,7 +82,7 @@ class Cluster:
         env.update(self.env, PYTHONPATH=str(REPO))
         log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
-            [sys.executable, "-S", "-m", "sparkctl.sim", *self.argv(rank, port)],
+            [sys.executable, "-S", "-m", "sparkctl.sim", *self.argv(rank, port), *(extra or [])],
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.tmp,
         )  # fmt: skip
         log.close()
@@ -175,6 +175,26 @@ def test_ready_only_when_all_joined_duplicate_refused_and_peer_loss_seen(
     info = request(c.url(0, "/server_info"))[1]
     assert info["status"] == "UnHealthy"
     assert [p["lost"] for p in info["sparkctl_simulator"]["peers"]] == [False, True, False]
+
+
+def test_worker_waits_for_an_unreachable_head_and_a_wrong_nnodes_is_refused(
+    cluster: Callable[..., Cluster],
+) -> None:
+    c = cluster(nnodes=2)
+    c.start(1)
+    wait_for(
+        lambda: f"waiting for rank 0 at 127.0.0.1:{c.dist_port}" in c.log("r1"), 5, "the worker to say why"
+    )
+    assert c.status(1, "/health") == 503
+    c.start(0)
+    wait_for(lambda: c.status(0, "/ready") == 200, 10, "rank 0 /ready")
+    wrong = ["--nnodes", "3", "--node-rank", "2", "--tp-size", "3"]
+    rogue = c.start(1, name="rogue", http_port=c.http_ports[2], extra=wrong)
+    wait_for(
+        lambda: "--nnodes 3 but rank 0 has --nnodes 2" in c.log("rogue"), 10, "the rogue rank to be refused"
+    )
+    assert rogue.poll() is None and c.status(2, "/health") == 503
+    assert c.status(0, "/health") == 200  # a refused stranger does not hurt the formed group
 
 
 def test_silent_peer_is_lost_by_heartbeat_and_workers_leave_without_rank0(

@@ -16,9 +16,10 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import paramiko
+if TYPE_CHECKING:  # paramiko costs ~0.3 s to import: only the commands that connect pay for it
+    import paramiko
 
 CONNECT_TIMEOUT_S = 3.0
 
@@ -123,6 +124,8 @@ def _abs(path: Path, base: Path) -> Path:
 def _ssh_config(path: Path) -> paramiko.SSHConfig | None:
     if not path.is_file():
         return None
+    import paramiko
+
     return paramiko.SSHConfig.from_path(str(path))
 
 
@@ -130,6 +133,8 @@ def _ssh_config(path: Path) -> paramiko.SSHConfig | None:
 
 
 def _reason(exc: BaseException, target: Target) -> str:
+    import paramiko
+
     where = f"{target.address}:{target.port}"
     if isinstance(exc, paramiko.BadHostKeyException):
         return f"host key of {where} does not match {target.known_hosts or 'known_hosts'} (possible impostor)"
@@ -151,6 +156,8 @@ def _reason(exc: BaseException, target: Target) -> str:
 
 def connect(target: Target, timeout: float = CONNECT_TIMEOUT_S) -> paramiko.SSHClient:
     """Open a verified SSH connection (raises on unknown/changed host keys)."""
+    import paramiko
+
     client = paramiko.SSHClient()
     if target.known_hosts is not None:
         if not target.known_hosts.is_file():
@@ -180,6 +187,8 @@ def connect(target: Target, timeout: float = CONNECT_TIMEOUT_S) -> paramiko.SSHC
 
 def _run_on(client: paramiko.SSHClient, target: Target, script: str, timeout: float) -> HostResult:
     """Run ``script`` with /bin/sh on an open connection; stdin carries the script (never argv)."""
+    import paramiko
+
     start = time.monotonic()
     transport = client.get_transport()
     if transport is None or not transport.is_active():

@@ -1,0 +1,133 @@
+"""`sparkctl up/status/down` on the lab: four simulated ranks as real systemd units over real SSH.
+
+Needs the lab (tests/integration/conftest.py); the module provisions it and stages the shards once.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import yaml
+
+if TYPE_CHECKING:
+    from conftest import Lab
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
+UNIT = "sparkctl-rank.service"
+
+
+def _ok(proc: Any, what: str) -> None:
+    assert proc.returncode == 0, f"{what} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+
+
+def _units(lab: Lab) -> dict[str, str]:
+    return {n: lab.ssh(n, f"systemctl is-active {UNIT}", check=False).stdout.strip() for n in NODES}
+
+
+def _rank_processes(lab: Lab, node: str) -> list[str]:
+    out = lab.ssh(node, "pgrep -af sparkctl-sim-rank || true", check=False).stdout
+    return [line for line in out.splitlines() if line.strip() and "pgrep" not in line]
+
+
+@pytest.fixture(scope="module")
+def served(lab: Lab) -> Iterator[Lab]:
+    """The lab provisioned and staged once for this module; every rank stopped at the end."""
+    _ok(lab.run_sparkctl("provision", timeout=900), "provision")
+    _ok(lab.run_sparkctl("stage", timeout=900), "stage")
+    yield lab
+    lab.heal()
+    lab.run_sparkctl("down")
+
+
+def test_up_reaches_ready_and_status_exits_0(served: Lab) -> None:
+    up = served.run_sparkctl("up", json_out=True)
+    _ok(up, "up")
+    doc = json.loads(up.stdout)
+    assert doc["result"] == "ready"
+    status = served.run_sparkctl("status", json_out=True)
+    _ok(status, "status")
+    snap = json.loads(status.stdout)
+    assert snap["verdict"] == "ready" and snap["reasons"] == []
+    assert [n["unit"]["active"] for n in snap["nodes"]] == ["active"] * 4
+    # The API key sits only in the 0600 secrets config: not in argv, not in the unit or the env file.
+    key = served.api_key_file.read_text().strip()
+    for node in NODES:
+        mode = served.ssh(node, "stat -c %a /etc/sparkctl/rank-secrets.yaml /etc/sparkctl/rank.env").stdout
+        assert mode.split() == ["600", "600"]
+        leaked = served.ssh(node, f"grep -l -F -- '{key}' /proc/*/cmdline /etc/sparkctl/rank.env "
+                                  f"/etc/systemd/system/{UNIT} 2>/dev/null || true").stdout
+        assert leaked.strip() == "", f"{node}: API key found in {leaked}"
+
+
+def test_killed_rank_turns_status_degraded_and_up_heals(served: Lab) -> None:
+    _ok(served.run_sparkctl("up"), "up")
+    served.ssh("spark-2", f"systemctl kill --signal=SIGKILL {UNIT}")
+    deadline = time.monotonic() + 5.0
+    while True:
+        status = served.run_sparkctl("status", json_out=True)
+        snap = json.loads(status.stdout)
+        if snap["verdict"] == "degraded" or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert snap["verdict"] == "degraded" and status.returncode == 3, snap
+    assert any(r.startswith("spark-2 (rank 2)") for r in snap["reasons"])
+    _ok(served.run_sparkctl("up"), "up (heal)")
+    _ok(served.run_sparkctl("status"), "status after heal")
+
+
+def test_node_powered_off_before_up_is_refused(served: Lab) -> None:
+    _ok(served.run_sparkctl("down"), "down")
+    with served.powered_off("spark-3"):
+        up = served.run_sparkctl("up")
+        assert up.returncode == 1, up.stdout + up.stderr
+        assert "preflight refused the start" in up.stderr and "spark-3" in up.stderr
+        units = {n: s for n, s in _units(served).items() if n != "spark-3"}
+        assert set(units.values()) <= {"inactive", "unknown"}, units
+
+
+def test_memory_floor_above_the_lab_aborts_the_boot(served: Lab, tmp_path: Path) -> None:
+    """The guard trips while the ranks boot: each simulated rank holds 1.5 GiB and the floor (a profile
+    override in a copy of the lab inventory) sits 2 GiB under what preflight saw, so the start passes
+    preflight and the memory guard stops everything."""
+    _ok(served.run_sparkctl("down"), "down")
+    avail_kib = int(served.ssh("spark-0", "awk '/MemAvailable/ {print $2}' /proc/meminfo").stdout)
+    floor = round(avail_kib / 1024 / 1024 - 2.0, 2)
+    site = tmp_path / "lab-floor"
+    shutil.copytree(served.inventory, site)
+    group_vars = site / "group_vars" / "all" / "sparkctl.yml"
+    doc = yaml.safe_load(group_vars.read_text())
+    doc["sparkctl_profile_overrides"] = {
+        "memory": {"floor_gib": floor, "unified_gib": round(floor + 8, 2)},
+        "env": {"SPARKCTL_SIM_HOLD_MIB": "1536"},
+    }
+    group_vars.write_text(yaml.safe_dump(doc, sort_keys=False))
+    up = subprocess.run([sys.executable, "-m", "sparkctl", "-i", str(site), "up"], capture_output=True,
+                        text=True, timeout=600, cwd=REPO)
+    assert up.returncode == 1, up.stdout + up.stderr
+    assert "memory guard" in up.stderr, up.stderr
+    assert set(_units(served).values()) <= {"inactive", "failed"}
+    for node in NODES:
+        assert _rank_processes(served, node) == []
+
+
+@pytest.mark.lab_last
+def test_down_leaves_no_rank_process(served: Lab) -> None:
+    _ok(served.run_sparkctl("up"), "up")
+    _ok(served.run_sparkctl("down"), "down")
+    assert set(_units(served).values()) == {"inactive"}
+    for node in NODES:
+        assert _rank_processes(served, node) == [], node
+    again = served.run_sparkctl("down")
+    _ok(again, "second down")
+    assert "nothing was running" in again.stdout

@@ -28,7 +28,9 @@ UNIT = "sparkctl-rank.service"
 
 
 def _ok(proc: Any, what: str) -> None:
-    assert proc.returncode == 0, f"{what} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, (
+        f"{what} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
 
 
 def _units(lab: Lab) -> dict[str, str]:

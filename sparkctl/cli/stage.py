@@ -7,7 +7,7 @@ playbooks/stage.yml with live per-node bars → a per-node summary. Exit 1 when 
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
@@ -25,7 +25,7 @@ TASK_FANOUT = "Receive from the previous rank and serve the next one over the fa
 TASK_PACK = "Pack and verify this rank's DSV41EN1 files from the local checkpoint"
 
 
-class What(str, Enum):
+class What(StrEnum):
     weights = "weights"
     engram = "engram"
     all = "all"
@@ -75,12 +75,17 @@ def summary_table(cluster: Any, summaries: dict[str, dict[str, Any]], verify_onl
         moved = ""
         if s.get("transfer"):
             t = s["transfer"]
-            moved = f"{(t.get('bytes_moved') or 0) / (1 << 30):.2f} GiB @ {t.get('rate_mib_s') or 0:.0f} MiB/s"
+            moved = (
+                f"{(t.get('bytes_moved') or 0) / (1 << 30):.2f} GiB @ {t.get('rate_mib_s') or 0:.0f} MiB/s"
+            )
         packed = ""
         if s.get("pack"):
             p = s["pack"]
-            packed = (f"{(p.get('bytes_written') or 0) / (1 << 30):.2f} GiB @ {p.get('rate_mib_s') or 0:.0f} MiB/s"
-                      if p.get("bytes_written") else "kept")
+            packed = (
+                f"{(p.get('bytes_written') or 0) / (1 << 30):.2f} GiB @ {p.get('rate_mib_s') or 0:.0f} MiB/s"
+                if p.get("bytes_written")
+                else "kept"
+            )
         eng = s.get("engram")
         eng_text = _flag(eng)
         if eng and eng.get("files"):
@@ -94,12 +99,18 @@ def summary_table(cluster: Any, summaries: dict[str, dict[str, Any]], verify_onl
 
 def stage(
     ctx: typer.Context,
-    what: Annotated[What, typer.Argument(help="weights: fan the checkpoint out · engram: pack shards · all")] = What.all,
+    what: Annotated[
+        What, typer.Argument(help="weights: fan the checkpoint out · engram: pack shards · all")
+    ] = What.all,
     verify_only: Annotated[
-        bool, typer.Option("--verify-only", help="Re-hash everything on every node against the manifests; change nothing.")
+        bool,
+        typer.Option(
+            "--verify-only", help="Re-hash everything on every node against the manifests; change nothing."
+        ),
     ] = False,
     force: Annotated[
-        bool, typer.Option("--force", help="Delete unmanifested or .partial Engram leftovers instead of refusing.")
+        bool,
+        typer.Option("--force", help="Delete unmanifested or .partial Engram leftovers instead of refusing."),
     ] = False,
     bwlimit: Annotated[
         float, typer.Option("--bwlimit", min=0, help="Cap each node's receive rate (MiB/s; 0 = none).")
@@ -119,7 +130,7 @@ def stage(
     if live:
         try:
             reader, close = progress.fleet_reader(cluster)
-        except Exception:   # no SSH reader (e.g. no keys here): bars show tasks, not bytes
+        except Exception:  # no SSH reader (e.g. no keys here): bars show tasks, not bytes
             reader, close = None, None
     try:
         with progress.StageBars([n.name for n in cluster.nodes], reader, ui.console, enabled=live) as bars:
@@ -129,8 +140,15 @@ def stage(
             close()
     summaries = node_summaries(result)
     if state.json:
-        ui.print_json({"ok": result.ok, "what": what.value, "verify_only": verify_only,
-                       "nodes": summaries, "run": result.as_dict()})
+        ui.print_json(
+            {
+                "ok": result.ok,
+                "what": what.value,
+                "verify_only": verify_only,
+                "nodes": summaries,
+                "run": result.as_dict(),
+            }
+        )
     else:
         ui.console.print(summary_table(cluster, summaries, verify_only))
     if not result.ok:

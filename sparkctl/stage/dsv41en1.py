@@ -22,6 +22,7 @@ unless ``force``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -37,10 +38,10 @@ from typing import Any
 from .manifest import file_sha256
 from .safetensors import SafetensorsError, TensorInfo, read_header, read_index
 
-MAGIC = 0x31344E4531565344          # on disk (little-endian): the bytes "DSV1EN41"
+MAGIC = 0x31344E4531565344  # on disk (little-endian): the bytes "DSV1EN41"
 HEADER_BYTES = 4096
-WEIGHT_BYTES = 256                  # FP8 E4M3 weights per row
-SCALE_BYTES = 8                     # E8M0 scales per row
+WEIGHT_BYTES = 256  # FP8 E4M3 weights per row
+SCALE_BYTES = 8  # E8M0 scales per row
 ROW_BYTES = WEIGHT_BYTES + SCALE_BYTES
 HEADER_STRUCT = struct.Struct("<6Q")
 LAYERS = (1, 14)
@@ -50,11 +51,11 @@ SCALE_DTYPE = "F8_E8M0"
 # (the published fixed set), then RANDOM_ROWS rows drawn with seed layer*1000 + rank.
 FIXED_OFFSETS = (14, 15, 16, 30, 31, 32, 510, 511, 512)
 RANDOM_ROWS = 1024
-SAMPLED_ROWS = 4 + len(FIXED_OFFSETS) + RANDOM_ROWS      # 1,037
+SAMPLED_ROWS = 4 + len(FIXED_OFFSETS) + RANDOM_ROWS  # 1,037
 FORMAT = "DSV41EN1"
 MANIFEST_VERSION = 1
-DEFAULT_BLOCK_ROWS = 1 << 16        # 16.5 MiB of packed rows per I/O block
-_INTERLEAVE_ROWS = 2048             # sub-block that stays in cache while rows are interleaved
+DEFAULT_BLOCK_ROWS = 1 << 16  # 16.5 MiB of packed rows per I/O block
+_INTERLEAVE_ROWS = 2048  # sub-block that stays in cache while rows are interleaved
 PARTIAL = ".partial"
 
 
@@ -192,13 +193,25 @@ def locate(model_dir: str, layers: tuple[int, ...] | list[int] = LAYERS) -> list
             raise FormatError(f"{model_dir}: the index has no tensor {missing} (is this DeepSeek-V4.1?)")
         w, s = info(wname), info(sname)
         if w.dtype != WEIGHT_DTYPE or len(w.shape) != 2 or w.shape[1] != WEIGHT_BYTES:
-            raise FormatError(f"{wname}: want {WEIGHT_DTYPE}[rows, {WEIGHT_BYTES}], found {w.dtype}{list(w.shape)}")
+            raise FormatError(
+                f"{wname}: want {WEIGHT_DTYPE}[rows, {WEIGHT_BYTES}], found {w.dtype}{list(w.shape)}"
+            )
         if s.dtype != SCALE_DTYPE or len(s.shape) != 2 or s.shape[1] != SCALE_BYTES:
-            raise FormatError(f"{sname}: want {SCALE_DTYPE}[rows, {SCALE_BYTES}], found {s.dtype}{list(s.shape)}")
+            raise FormatError(
+                f"{sname}: want {SCALE_DTYPE}[rows, {SCALE_BYTES}], found {s.dtype}{list(s.shape)}"
+            )
         if w.shape[0] != s.shape[0]:
             raise FormatError(f"layer {layer}: {w.shape[0]} weight rows but {s.shape[0]} scale rows")
-        out.append(EngramSource(layer, w.shape[0], os.path.join(model_dir, wmap[wname]), w.start,
-                                os.path.join(model_dir, wmap[sname]), s.start))
+        out.append(
+            EngramSource(
+                layer,
+                w.shape[0],
+                os.path.join(model_dir, wmap[wname]),
+                w.start,
+                os.path.join(model_dir, wmap[sname]),
+                s.start,
+            )
+        )
     return out
 
 
@@ -220,9 +233,9 @@ def interleave(weights: memoryview, scales: memoryview, out: memoryview, n: int)
     """
     for r0 in range(0, n, _INTERLEAVE_ROWS):
         r1 = min(n, r0 + _INTERLEAVE_ROWS)
-        o = out[r0 * ROW_BYTES:r1 * ROW_BYTES].cast("Q")
-        w = weights[r0 * WEIGHT_BYTES:r1 * WEIGHT_BYTES].cast("Q")
-        o[32::33] = scales[r0 * SCALE_BYTES:r1 * SCALE_BYTES].cast("Q")
+        o = out[r0 * ROW_BYTES : r1 * ROW_BYTES].cast("Q")
+        w = weights[r0 * WEIGHT_BYTES : r1 * WEIGHT_BYTES].cast("Q")
+        o[32::33] = scales[r0 * SCALE_BYTES : r1 * SCALE_BYTES].cast("Q")
         for k in range(32):
             o[k::33] = w[k::32]
 
@@ -289,7 +302,9 @@ def pack_layer(
                     break
                 r0 = lo + b * block_rows
                 n = min(block_rows, hi - r0)
-                w = _pread_exact(wfd, n * WEIGHT_BYTES, src.weight_offset + r0 * WEIGHT_BYTES, src.weight_path)
+                w = _pread_exact(
+                    wfd, n * WEIGHT_BYTES, src.weight_offset + r0 * WEIGHT_BYTES, src.weight_path
+                )
                 s = _pread_exact(sfd, n * SCALE_BYTES, src.scale_offset + r0 * SCALE_BYTES, src.scale_path)
                 to_mix.put((w, s, n))
             to_mix.put(None)
@@ -341,10 +356,8 @@ def pack_layer(
         for t in threads:
             # the reader may wait on a full queue after a failure: drain it
             while t.is_alive():
-                try:
+                with contextlib.suppress(queue.Empty):
                     to_mix.get_nowait()
-                except queue.Empty:
-                    pass
                 t.join(0.05)
         if errors:
             raise errors[0]
@@ -355,8 +368,18 @@ def pack_layer(
         if sfd != wfd:
             os.close(sfd)
     size = os.path.getsize(out_path)
-    return PackedFile(shard_name(src.layer, rank, tp), src.layer, lo, hi, src.rows, size, digest.hexdigest(),
-                      source_file=src.weight_file, weight_offset=src.weight_offset, scale_offset=src.scale_offset)
+    return PackedFile(
+        shard_name(src.layer, rank, tp),
+        src.layer,
+        lo,
+        hi,
+        src.rows,
+        size,
+        digest.hexdigest(),
+        source_file=src.weight_file,
+        weight_offset=src.weight_offset,
+        scale_offset=src.scale_offset,
+    )
 
 
 def verify_rows(src: EngramSource, packed_path: str, rank: int, tp: int) -> list[str]:
@@ -384,7 +407,9 @@ def verify_rows(src: EngramSource, packed_path: str, rank: int, tp: int) -> list
             s = _pread_exact(sfd, SCALE_BYTES, src.scale_offset + row * SCALE_BYTES, src.scale_path)
             if got != w + s:
                 part = "weight" if got[:WEIGHT_BYTES] != w else "scale"
-                problems.append(f"{name}: row {row} {part} bytes differ from {os.path.basename(src.weight_path)}")
+                problems.append(
+                    f"{name}: row {row} {part} bytes differ from {os.path.basename(src.weight_path)}"
+                )
                 if len(problems) >= 5:
                     break
     finally:
@@ -417,7 +442,9 @@ class RankResult:
         return asdict(self)
 
 
-def expected_files(sources: list[EngramSource], rank: int, tp: int) -> list[tuple[EngramSource, str, int, int, int]]:
+def expected_files(
+    sources: list[EngramSource], rank: int, tp: int
+) -> list[tuple[EngramSource, str, int, int, int]]:
     out = []
     for src in sources:
         lo, hi = row_range(src.rows, rank, tp)
@@ -474,19 +501,34 @@ def check_rank(
     src_doc = doc.get("source") or {}
     for key, value in identity.items():
         if src_doc.get(key) != value:
-            res.problems.append(f"{manifest_name(rank, tp)}: {key} differs from the checkpoint in {model_dir}")
+            res.problems.append(
+                f"{manifest_name(rank, tp)}: {key} differs from the checkpoint in {model_dir}"
+            )
     by_name = {f.get("name"): f for f in doc["files"] if isinstance(f, dict)}
     present = True
     for src, name, lo, hi, size in expected_files(sources, rank, tp):
         path = os.path.join(engram_dir, name)
         entry = by_name.get(name)
-        res.files.append({"name": name, "layer": src.layer, "lo": lo, "hi": hi, "size": size,
-                          "sha256": entry.get("sha256") if entry else None})
+        res.files.append(
+            {
+                "name": name,
+                "layer": src.layer,
+                "lo": lo,
+                "hi": hi,
+                "size": size,
+                "sha256": entry.get("sha256") if entry else None,
+            }
+        )
         if entry is None:
             res.problems.append(f"{name}: not in {manifest_name(rank, tp)}")
             present = False
             continue
-        if (entry.get("lo"), entry.get("hi"), entry.get("rows"), entry.get("size")) != (lo, hi, src.rows, size):
+        if (entry.get("lo"), entry.get("hi"), entry.get("rows"), entry.get("size")) != (
+            lo,
+            hi,
+            src.rows,
+            size,
+        ):
             res.problems.append(f"{name}: manifest range/size differ from the checkpoint's rows [{lo}, {hi})")
         try:
             st = os.stat(path)
@@ -506,8 +548,10 @@ def check_rank(
         if depth == "full":
             digest = file_sha256(path)
             if digest != entry.get("sha256"):
-                res.problems.append(f"{name}: SHA-256 {digest[:16]}… differs from the manifest's "
-                                    f"{str(entry.get('sha256'))[:16]}…")
+                res.problems.append(
+                    f"{name}: SHA-256 {digest[:16]}… differs from the manifest's "
+                    f"{str(entry.get('sha256'))[:16]}…"
+                )
             res.problems.extend(verify_rows(src, path, rank, tp))
         elif entry.get("mtime_ns") and entry.get("mtime_ns") != st.st_mtime_ns:
             res.problems.append(f"{name}: modified after packing (mtime differs from the manifest)")
@@ -523,13 +567,15 @@ def leftovers(engram_dir: str, rank: int, tp: int, manifested: set[str]) -> list
     suffix = f"-r{rank}of{tp}.bin"
     out = []
     for name in sorted(os.listdir(engram_dir)):
-        if name.endswith(PARTIAL) or (name.startswith("engram-") and name.endswith(suffix) and name not in manifested):
+        if name.endswith(PARTIAL) or (
+            name.startswith("engram-") and name.endswith(suffix) and name not in manifested
+        ):
             out.append(name)
     return out
 
 
 def free_bytes(path: str) -> int:
-    """Free bytes for an unprivileged writer on the filesystem of ``path`` (or its nearest existing parent)."""
+    """Free bytes for an unprivileged writer on the filesystem of ``path`` (or its nearest parent)."""
     probe = os.path.abspath(path)
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
@@ -586,8 +632,11 @@ def pack_rank(
     plan = expected_files(sources, rank, tp)
     need = sum(size for _, _, _, _, size in plan)
     free = free_bytes(engram_dir)
-    reclaim = sum(os.path.getsize(os.path.join(engram_dir, n)) for _, n, _, _, _ in plan
-                  if os.path.exists(os.path.join(engram_dir, n)))
+    reclaim = sum(
+        os.path.getsize(os.path.join(engram_dir, n))
+        for _, n, _, _, _ in plan
+        if os.path.exists(os.path.join(engram_dir, n))
+    )
     if need + margin_bytes > free + reclaim:
         raise FormatError(
             f"not enough space in {engram_dir}: needs {_gib(need + margin_bytes)} "
@@ -595,10 +644,12 @@ def pack_rank(
         )
     if check_mode:
         res.changed = True
-        res.actions = [f"would delete {n}" for n in stray] + [f"would pack {n} rows [{lo}, {hi})"
-                                                              for _, n, lo, hi, _ in plan]
-        res.files = [{"name": n, "layer": s.layer, "lo": lo, "hi": hi, "size": size}
-                     for s, n, lo, hi, size in plan]
+        res.actions = [f"would delete {n}" for n in stray] + [
+            f"would pack {n} rows [{lo}, {hi})" for _, n, lo, hi, _ in plan
+        ]
+        res.files = [
+            {"name": n, "layer": s.layer, "lo": lo, "hi": hi, "size": size} for s, n, lo, hi, size in plan
+        ]
         res.problems = current.problems
         return res
     os.makedirs(engram_dir, exist_ok=True)
@@ -606,9 +657,9 @@ def pack_rank(
         os.unlink(os.path.join(engram_dir, name))
         res.actions.append(f"deleted {name}")
     if os.path.exists(mpath):
-        os.unlink(mpath)   # the files are about to change: no manifest may describe them meanwhile
+        os.unlink(mpath)  # the files are about to change: no manifest may describe them meanwhile
     packed: list[PackedFile] = []
-    for src, name, lo, hi, size in plan:
+    for src, name, lo, hi, _size in plan:
         final = os.path.join(engram_dir, name)
         part = final + PARTIAL
         pf = pack_layer(src, part, rank, tp, block_rows, on_progress)
@@ -643,8 +694,10 @@ def pack_rank(
     _fsync_dir(engram_dir)
     res.changed = True
     res.present = res.verified = True
-    res.files = [{"name": p.name, "layer": p.layer, "lo": p.lo, "hi": p.hi, "size": p.size, "sha256": p.sha256}
-                 for p in packed]
+    res.files = [
+        {"name": p.name, "layer": p.layer, "lo": p.lo, "hi": p.hi, "size": p.size, "sha256": p.sha256}
+        for p in packed
+    ]
     res.seconds = time.monotonic() - started
     return res
 

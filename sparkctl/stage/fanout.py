@@ -16,9 +16,9 @@ from typing import Any
 class Route:
     node: str
     rank: int
-    address: str                        # where this node's agent listens (fabric address by default)
-    listen: tuple[str, int] | None      # None for the last node of the chain
-    upstream: tuple[str, int] | None    # None for the head (the source)
+    address: str  # where this node's agent listens (fabric address by default)
+    listen: tuple[str, int] | None  # None for the last node of the chain
+    upstream: tuple[str, int] | None  # None for the head (the source)
     downstream: str | None
 
     def as_dict(self) -> dict[str, Any]:
@@ -44,14 +44,16 @@ def chain(peers: list[dict[str, Any]], port: int) -> list[Route]:
     for i, p in enumerate(ordered):
         nxt = ordered[i + 1] if i + 1 < len(ordered) else None
         prev = ordered[i - 1] if i > 0 else None
-        routes.append(Route(
-            node=str(p["name"]),
-            rank=int(p["rank"]),
-            address=str(p["address"]),
-            listen=(str(p["address"]), port) if nxt is not None else None,
-            upstream=(str(prev["address"]), port) if prev is not None else None,
-            downstream=str(nxt["name"]) if nxt is not None else None,
-        ))
+        routes.append(
+            Route(
+                node=str(p["name"]),
+                rank=int(p["rank"]),
+                address=str(p["address"]),
+                listen=(str(p["address"]), port) if nxt is not None else None,
+                upstream=(str(prev["address"]), port) if prev is not None else None,
+                downstream=str(nxt["name"]) if nxt is not None else None,
+            )
+        )
     return routes
 
 

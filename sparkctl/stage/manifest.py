@@ -57,7 +57,7 @@ def list_files(root: str) -> list[str]:
             if name == MANIFEST_NAME or name.endswith(PARTIAL) or name.endswith(".lock"):
                 continue
             path = os.path.join(dirpath, name)
-            if not os.path.isfile(path) or os.path.islink(path) and not os.path.exists(path):
+            if not os.path.isfile(path) or (os.path.islink(path) and not os.path.exists(path)):
                 continue
             rel = name if rel_dir == "." else f"{rel_dir}/{name}".replace(os.sep, "/")
             out.append(rel)
@@ -182,7 +182,9 @@ def verify(
         if full:
             digest = file_sha256(path, on_bytes=on_bytes)
             if digest != e["sha256"]:
-                problems.append(f"{rel}: SHA-256 {digest[:16]}… differs from the manifest's {e['sha256'][:16]}…")
+                problems.append(
+                    f"{rel}: SHA-256 {digest[:16]}… differs from the manifest's {e['sha256'][:16]}…"
+                )
         elif not quick.get(rel):
             problems.append(f"{rel}: not confirmed by this node's manifest (changed since staging?)")
     return problems

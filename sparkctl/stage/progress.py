@@ -66,8 +66,14 @@ def fleet_reader(cluster: Any) -> tuple[Reader, Callable[[], None]]:
 class StageBars:
     """An ``on_event`` handler plus a poller; use as a context manager around ``runner.execute``."""
 
-    def __init__(self, nodes: list[str], reader: Reader | None, console: Console, enabled: bool = True,
-                 interval: float = 1.0):
+    def __init__(
+        self,
+        nodes: list[str],
+        reader: Reader | None,
+        console: Console,
+        enabled: bool = True,
+        interval: float = 1.0,
+    ):
         self.nodes = nodes
         self.reader = reader
         self.enabled = enabled

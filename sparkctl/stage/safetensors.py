@@ -14,10 +14,22 @@ from dataclasses import dataclass
 
 # Bytes per element of the dtypes the checkpoint uses (others are accepted without a size check).
 DTYPE_BYTES = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
-    "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
-    "F32": 4, "I32": 4, "U32": 4,
-    "F64": 8, "I64": 8, "U64": 8,
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "F16": 2,
+    "BF16": 2,
+    "I16": 2,
+    "U16": 2,
+    "F32": 4,
+    "I32": 4,
+    "U32": 4,
+    "F64": 8,
+    "I64": 8,
+    "U64": 8,
 }
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 
@@ -31,8 +43,8 @@ class TensorInfo:
     name: str
     dtype: str
     shape: tuple[int, ...]
-    start: int   # absolute file offset of the first byte
-    end: int     # absolute file offset one past the last byte
+    start: int  # absolute file offset of the first byte
+    end: int  # absolute file offset one past the last byte
 
     @property
     def nbytes(self) -> int:

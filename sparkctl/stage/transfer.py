@@ -57,12 +57,12 @@ class TransferError(RuntimeError):
 class Progress:
     node: str
     bytes_total: int = 0
-    bytes_done: int = 0          # bytes present and confirmed, including kept/linked files
-    bytes_moved: int = 0         # bytes received over the network in this run
+    bytes_done: int = 0  # bytes present and confirmed, including kept/linked files
+    bytes_moved: int = 0  # bytes received over the network in this run
     files_total: int = 0
     files_done: int = 0
     current: str = ""
-    state: str = "starting"      # starting | checking | receiving | serving | done | failed
+    state: str = "starting"  # starting | checking | receiving | serving | done | failed
     error: str = ""
     pid: int = field(default_factory=os.getpid)
     started: float = field(default_factory=time.time)
@@ -97,8 +97,19 @@ class Progress:
             os.replace(tmp, self.path)
 
 
-_PROGRESS_FIELDS = ("node", "bytes_total", "bytes_done", "bytes_moved", "files_total", "files_done", "current",
-                    "state", "error", "pid", "started")
+_PROGRESS_FIELDS = (
+    "node",
+    "bytes_total",
+    "bytes_done",
+    "bytes_moved",
+    "files_total",
+    "files_done",
+    "current",
+    "state",
+    "error",
+    "pid",
+    "started",
+)
 
 
 class _Ticker(threading.Thread):
@@ -152,8 +163,15 @@ class Server:
     ``.partial`` this node is receiving right now (``active``), following it as it grows.
     """
 
-    def __init__(self, root: str, files: dict[str, dict[str, Any]], host: str, port: int,
-                 expect_done: int = 1, stall_s: float = 120.0):
+    def __init__(
+        self,
+        root: str,
+        files: dict[str, dict[str, Any]],
+        host: str,
+        port: int,
+        expect_done: int = 1,
+        stall_s: float = 120.0,
+    ):
         self.root = root
         self.files = files
         self.expect_done = expect_done
@@ -194,14 +212,16 @@ class Server:
         with self.cond:
             while len(self.done_from) < self.expect_done:
                 if time.monotonic() - self.last_activity > idle_s:
-                    raise TransferError(f"the downstream node sent nothing for {idle_s:.0f} s and never finished")
+                    raise TransferError(
+                        f"the downstream node sent nothing for {idle_s:.0f} s and never finished"
+                    )
                 self.cond.wait(1.0)
 
     def _accept_loop(self) -> None:
         while not self.closed.is_set():
             try:
                 conn, _ = self.sock.accept()
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 continue
             except OSError:
                 return
@@ -261,7 +281,7 @@ class Server:
             _send_json(conn, {"ok": True, "start": start})
             pos = start
             last = time.monotonic()
-            src = os.fdopen(os.dup(fd), "rb")   # socket.sendfile: zero-copy, honours the timeout
+            src = os.fdopen(os.dup(fd), "rb")  # socket.sendfile: zero-copy, honours the timeout
             while pos < size:
                 avail = size if complete else os.fstat(fd).st_size
                 if avail < pos:
@@ -278,7 +298,7 @@ class Server:
                     raise TransferError(f"{rel}: no new bytes for {self.stall_s:.0f} s")
                 with self.cond:
                     if rel in self.ready:
-                        complete = True   # the rename happened; the open fd holds the same inode
+                        complete = True  # the rename happened; the open fd holds the same inode
                         continue
                 time.sleep(0.01)
             src.close()
@@ -308,7 +328,9 @@ def connect(upstream: tuple[str, int], wait_s: float) -> socket.socket:
             return sock
         except OSError as exc:
             if time.monotonic() > deadline:
-                raise TransferError(f"cannot reach the upstream agent at {upstream[0]}:{upstream[1]}: {exc}") from exc
+                raise TransferError(
+                    f"cannot reach the upstream agent at {upstream[0]}:{upstream[1]}: {exc}"
+                ) from exc
             time.sleep(0.5)
 
 
@@ -351,17 +373,20 @@ def fetch_file(
     sock = connect(upstream, connect_wait_s)
     with sock:
         sock.settimeout(stall_s)
-        _send_json(sock, {"op": "get", "path": rel, "offset": offset,
-                          "prefix_sha256": h.hexdigest() if offset else None})
+        _send_json(
+            sock,
+            {"op": "get", "path": rel, "offset": offset, "prefix_sha256": h.hexdigest() if offset else None},
+        )
         resp = _recv_line(sock)
         if not resp.get("ok"):
             raise TransferError(f"{rel}: upstream {upstream[0]} refused: {resp.get('error')}")
         start = int(resp.get("start", 0))
-        if start != offset:          # the prefix did not match the source: start over
+        if start != offset:  # the prefix did not match the source: start over
             start, h = 0, hashlib.sha256()
         fd = os.open(part, os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             os.ftruncate(fd, start)
+            os.lseek(fd, start, os.SEEK_SET)
             if server is not None:
                 server.mark_active(rel)
             progress.add(done=start)
@@ -377,8 +402,17 @@ def fetch_file(
     return "resumed" if start else "transferred"
 
 
-def _receive(sock: socket.socket, fd: int, pos: int, size: int, h: Any, progress: Progress,
-             bwlimit: float, rel: str, upstream: tuple[str, int]) -> None:
+def _receive(
+    sock: socket.socket,
+    fd: int,
+    pos: int,
+    size: int,
+    h: Any,
+    progress: Progress,
+    bwlimit: float,
+    rel: str,
+    upstream: tuple[str, int],
+) -> None:
     """recv into rotating buffers; a writer thread hashes and writes them (both release the GIL)."""
     free: queue.Queue[bytearray] = queue.Queue()
     for _ in range(3):
@@ -495,7 +529,7 @@ class NodeResult:
     node: str
     changed: bool = False
     counts: dict[str, int] = field(default_factory=dict)
-    files: dict[str, str] = field(default_factory=dict)     # path -> action
+    files: dict[str, str] = field(default_factory=dict)  # path -> action
     bytes_moved: int = 0
     bytes_total: int = 0
     seconds: float = 0.0
@@ -546,8 +580,12 @@ def run_node(
     """This node's part of the chain: confirm/receive every file, serve the next node, write the manifest."""
     started = time.monotonic()
     files = {mf.safe_relpath(e["path"]): e for e in expected["files"]}
-    progress = Progress(node, bytes_total=sum(int(e["size"]) for e in files.values()),
-                        files_total=len(files), path=progress_path)
+    progress = Progress(
+        node,
+        bytes_total=sum(int(e["size"]) for e in files.values()),
+        files_total=len(files),
+        path=progress_path,
+    )
     if progress_path:
         os.makedirs(os.path.dirname(progress_path), exist_ok=True)
     progress.set(state="checking")
@@ -592,8 +630,18 @@ def run_node(
             progress.set(current=rel)
             for attempt in range(1, retries + 1):
                 try:
-                    todo[rel] = fetch_file(root, rel, int(e["size"]), e["sha256"], upstream,  # type: ignore[arg-type]
-                                           progress, server, bwlimit, connect_wait_s, stall_s)
+                    todo[rel] = fetch_file(
+                        root,
+                        rel,
+                        int(e["size"]),
+                        e["sha256"],
+                        upstream,  # type: ignore[arg-type]
+                        progress,
+                        server,
+                        bwlimit,
+                        connect_wait_s,
+                        stall_s,
+                    )
                     break
                 except TransferError as exc:
                     if log:
@@ -602,18 +650,25 @@ def run_node(
                         raise
                     # count only what is on disk again on the next attempt
                     with progress._lock:
-                        progress.bytes_done = sum(int(files[r]["size"]) for r, a in todo.items() if a != "fetch")
+                        progress.bytes_done = sum(
+                            int(files[r]["size"]) for r, a in todo.items() if a != "fetch"
+                        )
                     time.sleep(1.0)
             progress.set(files_done=progress.files_done + 1)
             if server is not None:
                 server.mark_ready(rel)
         # The node's own manifest: the expected digests with local modification times.
-        local = {"version": mf.VERSION, "source": expected.get("source", {}), "total_bytes": progress.bytes_total,
-                 "files": []}
+        local = {
+            "version": mf.VERSION,
+            "source": expected.get("source", {}),
+            "total_bytes": progress.bytes_total,
+            "files": [],
+        }
         for e in expected["files"]:
             st = os.stat(os.path.join(root, mf.safe_relpath(e["path"])))
-            local["files"].append({"path": e["path"], "size": e["size"], "sha256": e["sha256"],
-                                   "mtime_ns": st.st_mtime_ns})
+            local["files"].append(
+                {"path": e["path"], "size": e["size"], "sha256": e["sha256"], "mtime_ns": st.st_mtime_ns}
+            )
         mf.save(root, local)
         if upstream is not None:
             sock = connect(upstream, connect_wait_s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import struct
 
 import pytest
@@ -40,7 +41,7 @@ def test_per_rank_total_is_the_published_47_21_gib() -> None:
 def test_ranges_tile_the_table_without_gaps(rows: int, tp: int) -> None:
     ranges = [d.row_range(rows, r, tp) for r in range(tp)]
     assert ranges[0][0] == 0 and ranges[-1][1] == rows
-    for (_, hi), (lo, _) in zip(ranges, ranges[1:], strict=False):
+    for (_, hi), (lo, _) in itertools.pairwise(ranges):
         assert hi == lo
 
 
@@ -84,8 +85,8 @@ def test_sampled_rows_are_boundaries_fixed_offsets_then_1024_seeded() -> None:
     assert rows[:4] == [lo, lo + 1, hi - 2, hi - 1]
     assert rows[4:13] == [lo + k for k in (14, 15, 16, 30, 31, 32, 510, 511, 512)]
     assert all(lo <= r < hi for r in rows)
-    assert rows == d.sample_rows(1, 2, lo, hi)             # deterministic (seed = layer*1000 + rank)
-    assert rows[13:] != d.sample_rows(1, 3, lo, hi)[13:]    # another rank draws other rows
+    assert rows == d.sample_rows(1, 2, lo, hi)  # deterministic (seed = layer*1000 + rank)
+    assert rows[13:] != d.sample_rows(1, 3, lo, hi)[13:]  # another rank draws other rows
 
 
 def test_sampled_rows_of_a_tiny_range_stay_inside_it() -> None:
@@ -100,7 +101,7 @@ def test_names_carry_layer_rank_and_tp() -> None:
 
 
 def test_interleave_puts_each_scale_after_its_weight_row() -> None:
-    n = 5000   # more than one interleave sub-block
+    n = 5000  # more than one interleave sub-block
     w = bytearray(bytes(range(256)) * n)
     for i in range(n):
         w[i * 256] = i % 256
@@ -108,5 +109,5 @@ def test_interleave_puts_each_scale_after_its_weight_row() -> None:
     out = bytearray(n * 264)
     d.interleave(memoryview(bytes(w)), memoryview(s), memoryview(out), n)
     for i in (0, 1, 2047, 2048, 4999):
-        assert out[i * 264:i * 264 + 256] == w[i * 256:(i + 1) * 256]
-        assert out[i * 264 + 256:(i + 1) * 264] == s[i * 8:(i + 1) * 8]
+        assert out[i * 264 : i * 264 + 256] == w[i * 256 : (i + 1) * 256]
+        assert out[i * 264 + 256 : (i + 1) * 264] == s[i * 8 : (i + 1) * 8]

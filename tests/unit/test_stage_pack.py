@@ -15,7 +15,7 @@ from sparkctl.stage import dsv41en1 as d
 from sparkctl.stage import safetensors as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-import synth_checkpoint  # noqa: E402
+import synth_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +32,8 @@ def reference_packed(ckpt: dict, layer: int, rank: int, tp: int) -> bytes:
     data = (Path(ckpt["dir"]) / info["file"]).read_bytes()
     header = struct.pack("<6Q", 0x31344E4531565344, layer, lo, hi, rows, 264).ljust(4096, b"\0")
     body = b"".join(
-        data[info["weight_offset"] + r * 256: info["weight_offset"] + (r + 1) * 256]
-        + data[info["scale_offset"] + r * 8: info["scale_offset"] + (r + 1) * 8]
+        data[info["weight_offset"] + r * 256 : info["weight_offset"] + (r + 1) * 256]
+        + data[info["scale_offset"] + r * 8 : info["scale_offset"] + (r + 1) * 8]
         for r in range(lo, hi)
     )
     return header + body
@@ -79,8 +79,10 @@ def test_packed_files_equal_the_reference(ckpt: dict, tmp_path: Path, rank: int,
     assert manifest["format"] == "DSV41EN1" and (manifest["rank"], manifest["tp"]) == (rank, tp)
     for f in manifest["files"]:
         assert f["sha256"] == hashlib.sha256((tmp_path / f["name"]).read_bytes()).hexdigest()
-    assert manifest["source"]["config_sha256"] == hashlib.sha256(
-        (Path(ckpt["dir"]) / "config.json").read_bytes()).hexdigest()
+    assert (
+        manifest["source"]["config_sha256"]
+        == hashlib.sha256((Path(ckpt["dir"]) / "config.json").read_bytes()).hexdigest()
+    )
     assert not list(tmp_path.glob("*.partial"))
 
 
@@ -98,7 +100,9 @@ def test_rerun_keeps_files_and_check_mode_writes_nothing(ckpt: dict, tmp_path: P
 def test_leftovers_are_refused_unless_forced(ckpt: dict, tmp_path: Path) -> None:
     (tmp_path / "engram-l1-r0of4.bin.partial").write_bytes(b"half")
     (tmp_path / "engram-l14-r0of4.bin").write_bytes(b"who wrote this")
-    with pytest.raises(d.FormatError, match=r"no manifest covers: engram-l1-r0of4.bin.partial, engram-l14-r0of4.bin"):
+    with pytest.raises(
+        d.FormatError, match=r"no manifest covers: engram-l1-r0of4.bin.partial, engram-l14-r0of4.bin"
+    ):
         d.pack_rank(ckpt["dir"], str(tmp_path), 0, 4, margin_bytes=0)
     res = d.pack_rank(ckpt["dir"], str(tmp_path), 0, 4, margin_bytes=0, force=True)
     assert res.verified and any("deleted" in a for a in res.actions)
@@ -112,7 +116,7 @@ def test_full_check_names_a_flipped_byte(ckpt: dict, tmp_path: Path) -> None:
     d.pack_rank(ckpt["dir"], str(tmp_path), 2, 4, margin_bytes=0)
     path = tmp_path / d.shard_name(14, 2, 4)
     lo, _ = d.row_range(4999, 2, 4)
-    with path.open("r+b") as f:   # row lo (always sampled): flip one weight byte
+    with path.open("r+b") as f:  # row lo (always sampled): flip one weight byte
         f.seek(4096 + 10)
         b = f.read(1)
         f.seek(4096 + 10)

@@ -302,6 +302,14 @@ def ensure_accepted(cluster: Any) -> None:
         )
 
 
+def ensure_accepted_if_available(cluster: Any) -> bool:
+    """`validate`'s hook: run the check when the extra is installed; True when it ran (and passed)."""
+    if os.environ.get("SPARKCTL_SKIP_SGLANG_CHECK") == "1" or not available():
+        return False
+    ensure_accepted(cluster)
+    return True
+
+
 def _parse_in_this_process(args: list[str]) -> dict[str, Any]:
     """Child side: import SGLang behind the stubs and parse. Returns {"errors": [...], ...}."""
     import contextlib

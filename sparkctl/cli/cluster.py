@@ -11,7 +11,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from sparkctl import ui
+from sparkctl import sglang_check, ui
 from sparkctl.errors import EXIT_USAGE, SparkctlError
 from sparkctl.model import Cluster, load_inventory
 
@@ -108,10 +108,12 @@ def validate(ctx: typer.Context) -> None:
     state = ctx.obj
     if not state.json:
         cluster = load_cluster(ctx)
+        sglang_check.ensure_accepted_if_available(cluster)
         ui.console.print(validate_table(cluster))
         return
     try:
         cluster = load_cluster(ctx)
+        sglang_check.ensure_accepted_if_available(cluster)
     except SparkctlError as exc:
         errors = exc.details or [exc.message + (f" — {exc.hint}" if exc.hint else "")]
         ui.print_json({"ok": False, "message": exc.message, "errors": errors})

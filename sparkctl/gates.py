@@ -36,7 +36,7 @@ PROBE_SOURCE = Path(__file__).with_name("node_probe.py")
 SAMPLE_INTERVAL_S = 2.0
 LOG_TAIL_LINES = 30
 # Command-line words of a rank process, whatever the runtime (an earlier run still alive).
-RANK_PROCESS_WORDS = ("sglang serve", "sglang.launch_server", "sparkctl-sim-rank")
+RANK_PROCESS_WORDS = ("sglang serve", "sglang.launch_server", "sparkctl-sim-rank", "sparkctl.sim.rank")
 
 READY, DEGRADED, DOWN = "ready", "degraded", "down"
 

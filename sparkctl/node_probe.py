@@ -13,6 +13,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -229,15 +230,15 @@ def identity(runtime, image, program, venv_path):
     exe = shutil.which(program) if program else None
     if exe is None:
         return f"missing: {program} not on PATH"
-    digest = _sha256(os.path.realpath(exe))
-    # A console script is a stub; hash the module it runs too, when it is importable.
-    where = "import sparkctl.sim, os; print(os.path.dirname(sparkctl.sim.__file__))"
-    rc, out, _ = _run(["python3", "-c", where])
-    if rc == 0 and out.strip():
-        h = hashlib.sha256()
-        for f in sorted(glob.glob(os.path.join(out.strip(), "*.py"))):
-            h.update((_sha256(f) or "").encode())
-        digest = f"{digest}+{h.hexdigest()[:16]}"
+    real = os.path.realpath(exe)
+    h = hashlib.sha256((_sha256(real) or "").encode())
+    # A launcher script names the installed version through paths (a `current` symlink, a prefix):
+    # their resolved targets are part of the identity.
+    text = _read(real, "") or ""
+    for token in sorted(set(re.findall(r"/[A-Za-z0-9_./+-]+", text))):
+        if os.path.exists(token):
+            h.update(os.path.realpath(token).encode())
+    digest = h.hexdigest()
     return "sha256:" + str(digest)
 
 
@@ -283,8 +284,6 @@ def local_http(port, path="/health"):
 
 def journal_matches(unit, patterns, invocation):
     """Count the log lines of the unit's current run (its invocation) matching each regular expression."""
-    import re
-
     args = ["journalctl", "-o", "cat", "--no-pager", "-q"]
     args += ["_SYSTEMD_INVOCATION_ID=" + invocation] if invocation else ["-u", unit]
     _rc, out, _ = _run(args, 20)

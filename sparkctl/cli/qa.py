@@ -102,6 +102,8 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 
 def bench_table(report: BenchReport) -> Table:
+    """One row per (workload, C): the headline (C1 decode per stream, C>1 aggregate) beside the
+    published figure, then latency percentiles. Numbers never wrap; prose columns do."""
     measured = "simulator" if report.simulator else "measured"
     title = f"bench — {report.model}"
     if report.profile:
@@ -109,38 +111,38 @@ def bench_table(report: BenchReport) -> Table:
     if report.simulator:
         title += " · [bold yellow]simulator[/bold yellow]"
     table = Table(title=title, title_justify="left")
-    for name, justify in (
-        ("workload", "left"),
-        ("C", "right"),
-        ("metric", "left"),
-        (f"{measured} tok/s (median)", "right"),
-        ("min–max", "right"),
-        ("published", "right"),
-        ("ratio", "right"),
-        ("TTFT p50/p90/p99 s", "right"),
-        ("e2e p50/p90/p99 s", "right"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    table.add_column("workload", no_wrap=True)
+    table.add_column("C", justify="right", no_wrap=True)
+    table.add_column(f"{measured}\ntok/s", justify="right", no_wrap=True)
+    table.add_column(f"min–max\nof {report.repeats}", justify="right", no_wrap=True)
+    if report.has_published:
+        table.add_column("published\ntok/s", justify="right", no_wrap=True)
+        table.add_column("ratio", justify="right", no_wrap=True)
+    table.add_column("TTFT s\np50 p90 p99", justify="right", no_wrap=True)
+    table.add_column("e2e s\np50 p90 p99", justify="right", no_wrap=True)
     for lvl in report.levels:
         data = lvl.to_dict()
         head = data["headline_tps"]
         ratio = data["ratio_to_published"]
         ttft, e2e = data["ttft_s"], data["e2e_s"]
-        table.add_row(
+        row = [
             lvl.workload,
             str(lvl.concurrency),
-            lvl.metric,
             _fmt(head["median"]),
-            f"{_fmt(head['min'])}–{_fmt(head['max'])}",
-            _fmt(lvl.published),
-            f"{ratio:.2f}×" if ratio is not None else "—",
-            "/".join(_fmt(ttft[k], 3) for k in ("p50", "p90", "p99")) if ttft else "—",
-            "/".join(_fmt(e2e[k], 2) for k in ("p50", "p90", "p99")) if e2e else "—",
-        )
+            f"{_fmt(head['min'], 1)}–{_fmt(head['max'], 1)}",
+        ]
+        if report.has_published:
+            row += [_fmt(lvl.published), f"{ratio:.2f}×" if ratio is not None else "—"]
+        row += [
+            " ".join(_fmt(ttft[k], 3) for k in ("p50", "p90", "p99")) if ttft else "—",
+            " ".join(_fmt(e2e[k], 2) for k in ("p50", "p90", "p99")) if e2e else "—",
+        ]
+        table.add_row(*row)
+    table.caption = "tok/s: C1 decode per stream, C>1 aggregate over the whole batch"
     if report.has_published:
-        table.caption = f"published: {report.published_source}"
+        table.caption += f" · published: {report.published_source}"
     else:
-        table.caption = f"profile {report.profile or '?'} publishes no figures; compared to nothing"
+        table.caption += f" · profile {report.profile or '?'} publishes no figures; compared to nothing"
     if report.simulator:
         table.caption += " · figures from the rank simulator, not from hardware"
     return table

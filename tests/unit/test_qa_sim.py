@@ -197,7 +197,7 @@ def test_bench_recovers_the_configured_token_rate(start_sim: Callable[..., Sim])
 
 
 def test_bench_ladder_shape(start_sim: Callable[..., Sim], tmp_path: Path) -> None:
-    sim = start_sim(SPARKCTL_SIM_TOKEN_RATE="400")
+    sim = start_sim(SPARKCTL_SIM_TOKEN_RATE="60")  # slow enough that a busy CPU is not the bottleneck
     report = bench.run_bench(
         discover(sim.root, api_key=API_KEY),
         workloads=["coding"],
@@ -210,8 +210,8 @@ def test_bench_ladder_shape(start_sim: Callable[..., Sim], tmp_path: Path) -> No
     c1, c4 = report.levels
     assert (c1.concurrency, c4.concurrency) == (1, 4)
     assert len(c4.batches[0].requests) == 4
-    # four streams at once deliver more tokens per second in total than one
-    assert c4.headline()["median"] > c1.headline()["median"]
+    # four streams at once deliver well over twice the tokens per second of one
+    assert c4.headline()["median"] > 2 * c1.headline()["median"]
     data = json.loads(bench.write_report(report, tmp_path).read_text())
     assert data["simulator"] is True
     assert data["workloads"]["coding"]["sha256"] == bench.load_workload("coding").sha256

@@ -183,6 +183,15 @@ def _strip_fence(text: str) -> str:
     return match.group(1) if match else text
 
 
+def _describe(exc: BaseException) -> str:
+    """``Type: message (cause)``: the client's own error hides the socket-level reason in its cause."""
+    text = f"{type(exc).__name__}: {exc}"
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text += f" ({cause})"
+    return text
+
+
 def _short(text: str, limit: int = 80) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -387,9 +396,7 @@ def check_needle(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
                     record=_needle_record(hs, MAX_TOKENS), messages=_user(hs.prompt), timeout=NEEDLE_TIMEOUT_S
                 )
             except Exception as exc:
-                rung.update(
-                    passed=False, error=f"{type(exc).__name__}: {_short(str(exc), 120)}", words=hs.words
-                )
+                rung.update(passed=False, error=_short(_describe(exc), 160), words=hs.words)
                 break
             seconds = time.perf_counter() - start
             tokens = resp.usage.prompt_tokens
@@ -525,7 +532,7 @@ def qualify_endpoint(
         try:
             passed, detail, data = CHECK_FUNCTIONS[name](ctx)
         except Exception as exc:  # a check that cannot complete has failed; the reason is its evidence
-            passed, detail, data = False, f"error: {type(exc).__name__}: {_short(str(exc), 160)}", {}
+            passed, detail, data = False, f"error: {_short(_describe(exc), 200)}", {}
         seconds = time.perf_counter() - start
         path = results_dir / f"{name}.json"
         path.write_text(

@@ -77,8 +77,10 @@ def probe_params(cluster: Any, entry: Mapping[str, Any], mode: str) -> dict[str,
         return params
     if mode == "markers":
         return params
+    unit_file = f"/etc/systemd/system/{name}"
     params.update(
-        unit_file=f"/etc/systemd/system/{name}",
+        unit_file=unit_file,
+        hash_files=[unit_file, *rank_files(entry)],
         netdevs=[p["netdev"] for p in entry.get("fabric", [])],
         rank=int(entry["rank"]),
         tp=int(cluster.profile.tp_size),
@@ -97,6 +99,31 @@ def probe_params(cluster: Any, entry: Mapping[str, Any], mode: str) -> dict[str,
             hca_ips=[[p["hca"], p["ip"]] for p in entry.get("fabric", [])],
         )
     return params
+
+
+def rank_files(entry: Mapping[str, Any]) -> list[str]:
+    """The rank's files besides the unit: its environment file and its secrets config(s)."""
+    rl = launch(entry)
+    argv = list(rl.get("argv") or [])
+    files = [str(rl["env_file"])] if rl.get("env_file") else []
+    return files + [f for f in entry.get("secret_files", []) if f in argv]
+
+
+def expected_hashes(cluster: Any, entry: Mapping[str, Any]) -> dict[str, str]:
+    """SHA-256 of what the rank role writes (secrets substituted here, only to hash them)."""
+    import hashlib
+
+    rl = launch(entry)
+    texts = {f"/etc/systemd/system/{rl.get('unit_name', 'sparkctl-rank.service')}": str(rl.get("unit", ""))}
+    for path in rank_files(entry):
+        text = str(entry.get("files", {}).get(path, ""))
+        if path in entry.get("secret_files", []):
+            for name, ref in cluster.secrets.items():
+                marker = f"<secret:{name}>"
+                if marker in text:
+                    text = text.replace(marker, ref.resolve())
+        texts[path] = text
+    return {path: hashlib.sha256(text.encode()).hexdigest() for path, text in texts.items()}
 
 
 def _needs_shards(cluster: Any) -> bool:

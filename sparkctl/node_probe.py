@@ -310,6 +310,7 @@ def main(p):
         out["links"] = links(p.get("netdevs", []))
         out["gpu"] = gpu()
         out["unit_sha256"] = _sha256(p["unit_file"]) if p.get("unit_file") else None
+        out["file_sha256"] = {path: _sha256(path) for path in p.get("hash_files", [])}
         if p.get("engram_dir"):
             out["shards"] = shards(p["engram_dir"], p["rank"], p["tp"])
     if mode == "preflight":

@@ -253,8 +253,8 @@ def up(
     say = ui.err_console.print if as_json else ui.console.print
     try:
         before = gates.snapshot(cluster, doc, fleet, http, api_key)
-        current = all(f.data.get("unit_sha256") == _sha(gates.launch(e).get("unit", ""))
-                      for e in doc["nodes"] for f in [before.nodes[e["name"]]])
+        current = all(before.nodes[e["name"]].data.get("file_sha256") == gates.expected_hashes(cluster, e)
+                      for e in doc["nodes"])
         if before.verdict == gates.READY and current and not restart:
             say(f"{ui.OK} already up and ready; nothing to do (use --restart to restart the ranks)")
             if as_json:
@@ -328,12 +328,6 @@ def up(
     finally:
         fleet.close()
         http.close()
-
-
-def _sha(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _qualify_fn(cluster: Any, run_dir: Path) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sparkctl import runner
+from sparkctl import gates, runner
 from sparkctl.cli import serve
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE
 from sparkctl.plan import Plan
@@ -90,10 +90,17 @@ def test_up_when_ready_and_current_does_nothing(run_cli: Any, site: Site) -> Non
     for entry in site.doc["nodes"]:
         st = site.nodes.state[entry["name"]]
         st.unit = "active"
-        st.unit_sha = serve._sha(entry["rank_launch"]["unit"])
+        st.file_sha = gates.expected_hashes(site.cluster, entry)
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == EXIT_OK, res.err
     assert site.books() == [] and "already up" in res.out
+    # A changed environment file (or unit, or secret) means a restart, all ranks together.
+    entry = site.doc["nodes"][1]
+    site.nodes.state[entry["name"]].file_sha = dict(gates.expected_hashes(site.cluster, entry),
+                                                   **{"/etc/sparkctl/rank.env": "0" * 64})
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == EXIT_OK, res.err
+    assert site.books() == ["down.yml", "up.yml"] and "restarting" in res.out
 
 
 def test_up_heals_a_degraded_cluster_by_stopping_first(run_cli: Any, site: Site) -> None:

@@ -66,7 +66,7 @@ class NodeState:
     identity: str = "sha256:abc"
     gids: dict[str, int | None] | None = None
     markers: dict[str, int] = field(default_factory=dict)
-    unit_sha: str | None = None
+    file_sha: dict[str, str] | None = None
     journal: str = "2026-11-29T10:00:00+0000 spark rank[1]: started\n"
 
 
@@ -139,7 +139,7 @@ class FakeNodes:
                 for dev in params.get("netdevs", [])
             }
             data["gpu"] = None
-            data["unit_sha256"] = st.unit_sha
+            data["file_sha256"] = st.file_sha or {f: None for f in params.get("hash_files", [])}
             if "engram_dir" in params:
                 data["shards"] = ({"verified": True, "files": 2, "bytes": 100} if st.shards_ok
                                   else {"verified": False, "problem": "manifest-r0of4.json missing"})

@@ -321,6 +321,7 @@ class BenchReport:
     levels: list[LevelResult] = field(default_factory=list)
     seconds: float = 0.0
     results_dir: Path | None = None
+    server_info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def errors(self) -> list[str]:
@@ -362,6 +363,7 @@ class BenchReport:
             },
             "levels": [lvl.to_dict() for lvl in self.levels],
             "errors": self.errors,
+            "server_info": self.server_info,
         }
 
 
@@ -433,6 +435,7 @@ def run_bench(
         workloads=loaded,
         concurrency=levels,
         repeats=repeats,
+        server_info=endpoint.server_info,
     )
     start = time.perf_counter()
     report.levels = asyncio.run(

@@ -555,7 +555,8 @@ def qualify_endpoint(
         if on_progress:
             on_progress(name, result)
     report.seconds = time.perf_counter() - begin
-    (results_dir / "report.json").write_text(json.dumps(report.to_dict(), indent=2, default=str))
+    summary = {**report.to_dict(), "server_info": endpoint.server_info}
+    (results_dir / "report.json").write_text(json.dumps(summary, indent=2, default=str))
     return report
 
 

@@ -140,6 +140,7 @@ def test_full_suite_passes_and_keeps_evidence(start_sim: Callable[..., Sim], tmp
     assert all(haystack.within(r["target_tokens"], r["prompt_tokens"]) for r in needle)
     summary = json.loads((out / "report.json").read_text())
     assert summary["passed"] and summary["simulator"] is True
+    assert summary["server_info"]["simulator"] is True  # what was qualified, recorded beside the verdict
 
 
 @pytest.mark.parametrize(
@@ -213,7 +214,7 @@ def test_bench_ladder_shape(start_sim: Callable[..., Sim], tmp_path: Path) -> No
     # four streams at once deliver well over twice the tokens per second of one
     assert c4.headline()["median"] > 2 * c1.headline()["median"]
     data = json.loads(bench.write_report(report, tmp_path).read_text())
-    assert data["simulator"] is True
+    assert data["simulator"] is True and data["server_info"]["simulator"] is True
     assert data["workloads"]["coding"]["sha256"] == bench.load_workload("coding").sha256
     assert data["levels"][1]["published_tps"] == 211.81
     assert set(data["levels"][1]["ttft_s"]) == {"p50", "p90", "p99"}

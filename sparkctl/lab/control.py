@@ -583,6 +583,8 @@ def up(inventory_dir: Path, nvme: dict[str, int] | None = None, log: Log = _noth
         log("the rootfs changed since the lab came up: recreating the lab")
         down(log=log)
         st = None
+    for old in rootfs.prune(keep=rootfs_dir):
+        log(f"removed an outdated rootfs cache: {old}")
     if st is None:
         if leftovers():
             log("cleaning what an earlier run left behind")

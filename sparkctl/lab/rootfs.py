@@ -63,7 +63,7 @@ ROOTFS_PACKAGES: tuple[str, ...] = (
 )
 
 # Bump when the post-debootstrap fix-ups below change, so caches are rebuilt.
-_RECIPE_VERSION = "1"
+_RECIPE_VERSION = "2"
 _COMPLETE_MARKER = ".sparkctl-rootfs-complete"
 DEFAULT_CACHE_DIR = Path("/var/cache/sparkctl")
 
@@ -219,6 +219,44 @@ def build(path: Path, log_path: Path | None = None) -> float:
     return time.monotonic() - t0
 
 
+_UDEVADM_SHIM = """#!/bin/sh
+# sparkctl lab: in a container (no udevd, read-only /sys) `trigger`, `settle` and `control` have
+# nothing to act on; they succeed quietly. Everything else is the real udevadm.
+case "$1" in
+  trigger|settle|control) [ -w /sys/class/net ] || exit 0 ;;
+esac
+exec /usr/bin/udevadm.distrib "$@"
+"""
+
+
+_PROCSYS_UNIT = "sparkctl-lab-netsysctl.service"
+_PROCSYS_UNIT_TEXT = """[Unit]
+Description=sparkctl lab: writable /proc/sys/net (this machine's own network namespace)
+DefaultDependencies=no
+ConditionVirtualization=container
+Before=systemd-sysctl.service systemd-networkd.service sysinit.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/mount --bind /proc/sys/net /proc/sys/net
+ExecStart=/bin/mount -o remount,bind,rw /proc/sys/net
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+
+def prune(keep: Path) -> list[Path]:
+    """Remove cached rootfs trees other than `keep` (older package lists or recipes)."""
+    removed = []
+    for other in sorted(keep.parent.glob(f"rootfs-{SUITE}-*")):
+        if other != keep and other.is_dir():
+            shutil.rmtree(other, ignore_errors=True)
+            removed.append(other)
+    return removed
+
+
 def _fix_up(root: Path) -> None:
     """Make the tree a neutral template: no shared identity, networkd on, container-friendly."""
     # Identity is per node (written into each overlay): no shared host keys or machine-id.
@@ -234,6 +272,19 @@ def _fix_up(root: Path) -> None:
         deb.unlink()
     # netplan renders for networkd; make sure it runs on boot.
     host.run(["chroot", str(root), "systemctl", "enable", "systemd-networkd.service"])
+    # `netplan apply` runs `udevadm trigger`/`settle`; a container has no udevd and a read-only
+    # /sys, so those two have nothing to act on: make them succeed there (real udevadm otherwise).
+    host.run(["chroot", str(root), "dpkg-divert", "--local", "--rename", "--add", "/usr/bin/udevadm"])
+    shim = root / "usr/bin/udevadm"
+    shim.write_text(_UDEVADM_SHIM)
+    shim.chmod(0o755)
+    # nspawn mounts /proc/sys read-only. Net sysctls are per network namespace, so a writable
+    # /proc/sys/net changes only the machine's own netns (the roles' fabric sysctls work, and
+    # persist across reboots through systemd-sysctl); every other sysctl stays read-only, so
+    # nothing in a lab machine can change the controller's kernel.
+    unit = root / "etc/systemd/system" / _PROCSYS_UNIT
+    unit.write_text(_PROCSYS_UNIT_TEXT)
+    host.run(["chroot", str(root), "systemctl", "enable", _PROCSYS_UNIT])
     # There is no hardware clock or console login to manage in a container.
     wants = root / "etc/systemd/system"
     for unit in ("getty@tty1.service", "systemd-timesyncd.service"):

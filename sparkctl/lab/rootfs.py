@@ -282,12 +282,11 @@ def _fix_up(root: Path) -> None:
     # /proc/sys/net changes only the machine's own netns (the roles' fabric sysctls work, and
     # persist across reboots through systemd-sysctl); every other sysctl stays read-only, so
     # nothing in a lab machine can change the controller's kernel.
-    unit = root / "etc/systemd/system" / _PROCSYS_UNIT
-    unit.write_text(_PROCSYS_UNIT_TEXT)
+    (root / "etc/systemd/system" / _PROCSYS_UNIT).write_text(_PROCSYS_UNIT_TEXT)
     host.run(["chroot", str(root), "systemctl", "enable", _PROCSYS_UNIT])
     # There is no hardware clock or console login to manage in a container.
     wants = root / "etc/systemd/system"
-    for unit in ("getty@tty1.service", "systemd-timesyncd.service"):
-        link = wants / unit
+    for masked in ("getty@tty1.service", "systemd-timesyncd.service"):
+        link = wants / masked
         if not link.exists() and not link.is_symlink():
             link.symlink_to("/dev/null")

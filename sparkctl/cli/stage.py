@@ -115,6 +115,12 @@ def stage(
     bwlimit: Annotated[
         float, typer.Option("--bwlimit", min=0, help="Cap each node's receive rate (MiB/s; 0 = none).")
     ] = 0.0,
+    stall_timeout: Annotated[
+        float,
+        typer.Option(
+            "--stall-timeout", min=1, help="Fail when a peer sends nothing this long (s); re-runs resume."
+        ),
+    ] = 120.0,
 ) -> None:
     """Stage the checkpoint over the fabric and pack each rank's Engram shards (verified, resumable)."""
     state = ctx.obj
@@ -122,6 +128,8 @@ def stage(
     settings: dict[str, Any] = {}
     if bwlimit:
         settings["spark_stage_bwlimit_mib_s"] = bwlimit
+    if stall_timeout != 120.0:
+        settings["spark_stage_stall_timeout_s"] = stall_timeout
     the_plan = plan.for_stage(cluster, what.value, verify_only=verify_only, force=force, settings=settings)
     if state.verbose and not state.json:
         ui.console.print(f"[dim]$ {' '.join(the_plan.argv())}[/dim]")

@@ -181,7 +181,13 @@ class Server:
         self.done_from: list[str] = []
         self.last_activity = time.monotonic()
         self.cond = threading.Condition()
-        self.sock = socket.create_server((host, port), reuse_port=False, backlog=16)
+        try:
+            self.sock = socket.create_server((host, port), reuse_port=False, backlog=16)
+        except OSError as exc:
+            raise TransferError(
+                f"cannot listen on {host}:{port} ({exc.strerror or exc}); is the fabric address configured "
+                "(sparkctl provision) and the port free (spark_stage_port)?"
+            ) from exc
         self.sock.settimeout(0.5)
         self.closed = threading.Event()
         self.thread = threading.Thread(target=self._accept_loop, daemon=True)

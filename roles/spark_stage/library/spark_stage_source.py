@@ -134,7 +134,10 @@ def main():
     if not module.check_mode:
         if previous is None or manifest.content_key(previous) != manifest.content_key(result) \
                 or [e.get("mtime_ns") for e in previous["files"]] != [e["mtime_ns"] for e in result["files"]]:
-            manifest.save(model_dir, result)
+            try:
+                manifest.save(model_dir, result)
+            except OSError as exc:  # a read-only source directory: the manifest is still returned
+                module.warn(f"cannot save {manifest.MANIFEST_NAME} in {model_dir}: {exc}")
     engram = []
     try:
         for src in dsv41en1.locate(model_dir, p["layers"]):

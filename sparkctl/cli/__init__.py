@@ -45,7 +45,8 @@ class State:
         if env:
             return Path(env)
         root = Path("inventory")
-        sites = sorted(p for p in root.iterdir() if p.is_dir() and p.name != "example") if root.is_dir() else []
+        found = root.iterdir() if root.is_dir() else iter(())
+        sites = sorted(p for p in found if p.is_dir() and p.name != "example")
         if len(sites) == 1:
             return sites[0]
         names = ", ".join(p.name for p in sites) or "none"
@@ -67,7 +68,11 @@ def _global(
     ctx: typer.Context,
     inventory: Annotated[
         Path | None,
-        typer.Option("--inventory", "-i", help="Inventory directory (default: $SPARKCTL_INVENTORY or ./inventory/<only site>)."),
+        typer.Option(
+            "--inventory",
+            "-i",
+            help="Inventory directory (default: $SPARKCTL_INVENTORY or ./inventory/<only site>).",
+        ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More detail.")] = False,
@@ -100,13 +105,63 @@ def _register() -> None:
             _registered.add(name)
 
 
+_GLOBAL_FLAGS = {"--json": False, "--verbose": False, "-v": False, "--inventory": True, "-i": True}
+
+
+def _hoist_globals(argv: list[str]) -> list[str]:
+    """Let global options also follow the command (`sparkctl validate -i DIR --json`).
+
+    An option that the chosen command declares itself stays where it is; any other global option
+    found after the command words moves in front of them.
+    """
+    from typer.main import get_command
+
+    cmd = get_command(app)
+    words: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok in _GLOBAL_FLAGS:
+            i += 2 if _GLOBAL_FLAGS[tok] else 1
+            continue
+        sub = getattr(cmd, "commands", {}).get(tok) if not tok.startswith("-") else None
+        if sub is None:
+            break
+        words.append(tok)
+        cmd = sub
+        i += 1
+    if not words:
+        return argv
+    own = {opt for p in getattr(cmd, "params", []) for opt in (*p.opts, *p.secondary_opts)}
+    front: list[str] = []
+    rest: list[str] = []
+    j = 0
+    while j < len(argv):
+        tok = argv[j]
+        name = tok.split("=", 1)[0]
+        if name in _GLOBAL_FLAGS and name not in own and tok != "--":
+            takes = _GLOBAL_FLAGS[name] and "=" not in tok
+            front.extend(argv[j : j + (2 if takes else 1)])
+            j += 2 if takes else 1
+            continue
+        if tok == "--":
+            rest.extend(argv[j:])
+            break
+        rest.append(tok)
+        j += 1
+    return front + rest
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app, turn expected errors into exit codes."""
+    from typer._click.exceptions import ClickException
+
     _register()
     debug = os.environ.get("SPARKCTL_DEBUG") == "1"
+    args = _hoist_globals(list(sys.argv[1:] if argv is None else argv))
     try:
         # Without standalone mode click returns typer.Exit's code instead of raising it.
-        rc = app(args=argv, standalone_mode=False)
+        rc = app(args=args, standalone_mode=False)
         if isinstance(rc, int) and rc:
             sys.exit(rc)
     except SparkctlError as exc:
@@ -122,16 +177,14 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         ui.err_console.print("interrupted")
         sys.exit(130)
-    except Exception as exc:  # click usage errors and the unexpected
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(EXIT_USAGE)
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
+    except ClickException as exc:  # usage errors: bad option, missing argument
+        exc.show()
+        sys.exit(EXIT_USAGE)
+    except Exception as exc:  # the unexpected
         if debug:
             raise
-        ui.error_panel(f"internal error: {type(exc).__name__}: {exc}", "re-run with SPARKCTL_DEBUG=1 for a traceback")
+        ui.error_panel(
+            f"internal error: {type(exc).__name__}: {exc}", "re-run with SPARKCTL_DEBUG=1 for a traceback"
+        )
         sys.exit(EXIT_FAILED)
     sys.exit(0)

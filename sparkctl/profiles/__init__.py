@@ -137,6 +137,10 @@ class Simulator(_Strict):
     boot_delay_s: float = Field(ge=0, description="seconds from start to ready")
     token_rate: float = Field(gt=0, description="decode tokens per second per stream")
     hold_mem_mib: int = Field(ge=0, description="memory each simulated rank holds while up")
+    faults: list[str] = Field(
+        default_factory=list,
+        description="misbehaviours to inject for negative tests (see `sparkctl-sim-rank --sim-help`)",
+    )
 
 
 class Profile(_Strict):

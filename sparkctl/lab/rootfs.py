@@ -210,13 +210,24 @@ def build(path: Path, log_path: Path | None = None) -> float:
             details=tail,
         )
     _fix_up(tmp)
+    seconds = time.monotonic() - t0
     (tmp / _COMPLETE_MARKER).write_text(
-        f"suite={SUITE}\nvariant={VARIANT}\nmirror={mirror.uri}\npackages={','.join(ROOTFS_PACKAGES)}\n"
+        f"suite={SUITE}\nvariant={VARIANT}\nmirror={mirror.uri}\nbuild_seconds={seconds:.1f}\n"
+        f"packages={','.join(ROOTFS_PACKAGES)}\n"
     )
     if path.exists():
         shutil.rmtree(path)
     tmp.rename(path)
-    return time.monotonic() - t0
+    return seconds
+
+
+def build_info(path: Path) -> dict[str, str]:
+    """The key=value lines recorded when the tree was built (mirror, build_seconds, packages)."""
+    try:
+        lines = (path / _COMPLETE_MARKER).read_text().splitlines()
+    except OSError:
+        return {}
+    return dict(line.split("=", 1) for line in lines if "=" in line)
 
 
 _UDEVADM_SHIM = """#!/bin/sh

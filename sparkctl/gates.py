@@ -33,7 +33,8 @@ from sparkctl.remote import HostResult, Target
 
 GIB = 1024**3
 PROBE_SOURCE = Path(__file__).with_name("node_probe.py")
-SAMPLE_INTERVAL_S = 2.0
+SAMPLE_INTERVAL_S = 2.0   # memory guard and unit states, every node
+POLL_INTERVAL_S = 0.5     # HTTP gates between samples
 LOG_TAIL_LINES = 30
 # Command-line words of a rank process, whatever the runtime (an earlier run still alive).
 RANK_PROCESS_WORDS = ("sglang serve", "sglang.launch_server", "sparkctl-sim-rank", "sparkctl.sim.rank")
@@ -538,6 +539,7 @@ class BootWatch:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         interval: float = SAMPLE_INTERVAL_S,
+        poll: float = POLL_INTERVAL_S,
     ):
         self.cluster = cluster
         self.doc = doc
@@ -550,6 +552,8 @@ class BootWatch:
         self.clock = clock
         self.sleep = sleep
         self.interval = interval
+        self.poll = poll
+        self._last_sample: float | None = None
         self.gates = cluster.profile.gates
         self.floor = float(cluster.profile.memory.floor_gib) * GIB
         self.entries = {e["name"]: e for e in doc["nodes"]}
@@ -603,6 +607,7 @@ class BootWatch:
 
     def sample(self) -> dict[str, NodeFacts]:
         """One round of the watch probe on every node: unit states and the memory guard."""
+        self._last_sample = self.clock()
         facts = collect(self.cluster, self.doc, self.fleet, "watch", timeout=10)
         now = time.time()
         for name, f in facts.items():
@@ -640,7 +645,8 @@ class BootWatch:
         """Poll ``check`` (after a memory/unit sample) until true or the boot deadline passes."""
         self.state.gate = gate
         while True:
-            self.sample()
+            if self._last_sample is None or self.clock() - self._last_sample >= self.interval:
+                self.sample()
             if check():
                 self._emit()
                 return
@@ -648,7 +654,7 @@ class BootWatch:
             if self.clock() > self._deadline():
                 node = node_on_timeout()
                 raise self.fail(gate, node, f"not reached within {self.gates.boot_timeout_s} s", phase)
-            self.sleep(self.interval)
+            self.sleep(self.poll)
 
     # -- the gates ------------------------------------------------------------------------------
 

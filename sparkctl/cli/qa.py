@@ -46,7 +46,8 @@ def qualify_table(report: QualifyReport) -> Table:
     table.add_column("time", justify="right")
     table.add_column("detail", overflow="fold")
     for c in report.checks:
-        table.add_row(c.title, ui.OK if c.passed else ui.FAIL, f"{c.seconds:.1f}s", c.detail)
+        mark = ui.SKIP if c.skipped else (ui.OK if c.passed else ui.FAIL)
+        table.add_row(c.title, mark, "" if c.skipped else f"{c.seconds:.1f}s", c.detail)
     return table
 
 
@@ -78,6 +79,8 @@ def qualify(
             def progress(name: str, result: CheckResult | None) -> None:
                 if result is None:
                     status.update(f"qualify: {name} …")
+                elif result.skipped:
+                    ui.console.print(f"{ui.SKIP} {result.title} [dim](skipped: {result.skipped})[/dim]")
                 else:
                     mark = ui.OK if result.passed else ui.FAIL
                     ui.console.print(f"{mark} {result.title} [dim]({result.seconds:.1f}s)[/dim]")
@@ -90,7 +93,9 @@ def qualify(
         ui.console.print(f"evidence: {report.results_dir}")
         if report.passed:
             where = " on the simulator" if report.simulator else ""
-            ui.console.print(f"{ui.OK} all {len(report.checks)} checks passed{where}")
+            ran = len(report.checks) - len(report.skipped)
+            skipped = f" ({len(report.skipped)} skipped)" if report.skipped else ""
+            ui.console.print(f"{ui.OK} all {ran} checks passed{where}{skipped}")
         else:
             ui.console.print(f"{ui.FAIL} failed: {', '.join(report.failed)}")
     raise typer.Exit(EXIT_OK if report.passed else EXIT_FAILED)

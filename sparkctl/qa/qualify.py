@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -87,6 +87,7 @@ class CheckResult:
     detail: str
     evidence: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
+    skipped: str | None = None  # why the check did not apply to this server; neither pass nor fail
 
 
 @dataclass
@@ -102,17 +103,22 @@ class QualifyReport:
 
     @property
     def passed(self) -> bool:
-        return bool(self.checks) and all(c.passed for c in self.checks)
+        return any(c.passed for c in self.checks) and not self.failed
 
     @property
     def failed(self) -> list[str]:
-        return [c.name for c in self.checks if not c.passed]
+        return [c.name for c in self.checks if not c.passed and not c.skipped]
+
+    @property
+    def skipped(self) -> list[str]:
+        return [c.name for c in self.checks if c.skipped]
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "suite": self.suite,
             "passed": self.passed,
             "failed": self.failed,
+            "skipped": self.skipped,
             "simulator": self.simulator,
             "endpoint": self.endpoint,
             "model": self.model,
@@ -504,8 +510,12 @@ def qualify_endpoint(
     needle_seed: int = haystack.DEFAULT_SEED,
     on_progress: ProgressFn | None = None,
     checks: Sequence[str] | None = None,
+    skip: Mapping[str, str] | None = None,
 ) -> QualifyReport:
-    """Run ``suite`` (or the named ``checks``) against ``endpoint``; evidence goes into ``results_dir``."""
+    """Run ``suite`` (or the named ``checks``) against ``endpoint``; evidence goes into ``results_dir``.
+
+    ``skip`` maps a check to the reason it does not apply to this server (it is reported, not run).
+    """
     if suite not in SUITES:
         raise InputError(f"unknown suite {suite!r}", hint=f"choose one of: {', '.join(SUITES)}")
     names = list(checks) if checks else list(SUITES[suite])
@@ -524,6 +534,12 @@ def qualify_endpoint(
     client = endpoint.client(timeout=REQUEST_TIMEOUT_S)
     begin = time.perf_counter()
     for name in names:
+        if skip and name in skip:
+            result = CheckResult(name, CHECKS[name], False, 0.0, f"skipped: {skip[name]}", skipped=skip[name])
+            report.checks.append(result)
+            if on_progress:
+                on_progress(name, result)
+            continue
         if on_progress:
             on_progress(name, None)
         evidence = _Evidence()
@@ -585,6 +601,10 @@ def run_qualify(
         raise InputError(f"unknown suite {suite!r}", hint=f"choose one of: {', '.join(SUITES)}")
     endpoint = for_cluster(cluster)
     targets = needle_targets(cluster, endpoint) if "needle" in SUITES[suite] else []
+    skip = {}
+    if not cluster.profile.args.get("--enable-multimodal"):
+        reason = f"profile {cluster.profile.name} does not set --enable-multimodal"
+        skip = {"image-one": reason, "image-four": reason}
     return qualify_endpoint(
-        endpoint, suite, new_results_dir(results_dir, "qualify"), targets, on_progress=on_progress
+        endpoint, suite, new_results_dir(results_dir, "qualify"), targets, on_progress=on_progress, skip=skip
     )

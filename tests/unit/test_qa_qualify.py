@@ -81,3 +81,19 @@ def test_new_results_dir_is_unique(tmp_path) -> None:  # type: ignore[no-untyped
     a = qualify.new_results_dir(tmp_path, "qualify")
     b = qualify.new_results_dir(tmp_path, "qualify")
     assert a != b and a.is_dir() and b.is_dir() and a.name.startswith("qualify-")
+
+
+def test_a_skipped_check_is_neither_run_nor_failed(tmp_path, no_network) -> None:  # type: ignore[no-untyped-def]
+    ep = Endpoint(root="http://127.0.0.1:9", api_key="", model="m", simulator=True)
+    reason = "profile lab does not set --enable-multimodal"
+    report = qualify.qualify_endpoint(
+        ep,
+        "full",
+        tmp_path,
+        checks=["image-one", "image-four"],
+        skip={"image-one": reason, "image-four": reason},
+    )
+    assert not no_network  # nothing was sent
+    assert report.skipped == ["image-one", "image-four"] and report.failed == []
+    assert not report.passed  # nothing passed either: a verdict needs at least one check that ran
+    assert report.to_dict()["checks"][0]["skipped"] == reason

@@ -221,6 +221,14 @@ def test_bench_ladder_shape(start_sim: Callable[..., Sim], tmp_path: Path) -> No
 
 
 # ----------------------------------------------------------------------------------------------- CLI
+@pytest.fixture
+def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables and progress lines unwrapped, so assertions read whole phrases."""
+    from sparkctl import ui
+
+    monkeypatch.setattr(ui.console, "width", 250)
+
+
 def _fake_cluster(sim: Sim, profile_name: str = "lab") -> types.SimpleNamespace:
     """What qa reads of a Cluster: the head's address, the API port, the key, the profile."""
     from sparkctl.profiles import load_profile
@@ -234,6 +242,7 @@ def _fake_cluster(sim: Sim, profile_name: str = "lab") -> types.SimpleNamespace:
     )
 
 
+@pytest.mark.usefixtures("wide_console")
 def test_cli_qualify_and_bench(
     start_sim: Callable[..., Sim],
     tmp_path: Path,
@@ -249,6 +258,7 @@ def test_cli_qualify_and_bench(
     assert res.code == 0, res.out + res.err
     doc = json.loads(res.out)
     assert doc["passed"] and doc["simulator"] is True and doc["suite"] == "quick"
+    assert doc["skipped"] == []
     assert Path(doc["results_dir"]).parent == results
 
     plot = tmp_path / "ladder.png"
@@ -262,6 +272,7 @@ def test_cli_qualify_and_bench(
     assert len(list(results.glob("bench-*/bench.json"))) == 1
 
 
+@pytest.mark.usefixtures("wide_console")
 def test_cli_qualify_exits_1_naming_the_failed_check(
     start_sim: Callable[..., Sim],
     tmp_path: Path,
@@ -269,10 +280,13 @@ def test_cli_qualify_exits_1_naming_the_failed_check(
     run_cli: Callable[..., Any],
 ) -> None:
     from sparkctl.cli import qa as cli_qa
+    from sparkctl.profiles import load_profile
 
     sim = start_sim(SPARKCTL_SIM_FAULT="wrong-arithmetic")
     monkeypatch.setattr(cli_qa, "_load", lambda ctx: _fake_cluster(sim))
-    res = run_cli("qualify", "--results", str(tmp_path))
-    assert res.code == 1
-    assert "failed: arithmetic" in res.out
+    res = run_cli("qualify", "--suite", "full", "--results", str(tmp_path))
+    assert res.code == 1, res.out + res.err
+    assert "failed: arithmetic\n" in res.out, res.out
+    if not load_profile("lab").args.get("--enable-multimodal"):
+        assert "skipped: profile lab does not set --enable-multimodal" in res.out
     assert "simulator" in res.out

@@ -14,7 +14,7 @@ from pathlib import PurePosixPath
 
 from sparkctl.model.cluster import Checkpoint, Fabric, Mgmt, Paths, Ports, Runtime
 from sparkctl.model.loader import Draft
-from sparkctl.model.problems import Problems
+from sparkctl.model.problems import Problems, suggest
 from sparkctl.model.types import MIN_FABRIC_MTU, image_is_pinned
 
 
@@ -388,6 +388,23 @@ def check_switch(d: Draft, p: Problems) -> None:
             taken.setdefault(port, name)
 
 
+# The secrets sparkctl knows how to deliver; a misspelt name would otherwise be ignored silently.
+SECRET_NAMES = {
+    "api_key": "the key rank 0 requires from API clients (passed in a 0600 file, never argv)",
+}
+
+
+def check_secrets(d: Draft, p: Problems) -> None:
+    for name in d.get("sparkctl_secrets") or {}:
+        if name not in SECRET_NAMES:
+            known = ", ".join(f"{k} ({v})" for k, v in SECRET_NAMES.items())
+            p.add(
+                f"sparkctl_secrets.{name}",
+                f"unknown secret{suggest(name, SECRET_NAMES)}",
+                f"use one of: {known}",
+            )
+
+
 def check_ssh(d: Draft, p: Problems) -> None:
     args = d.ansible.get("ansible_ssh_common_args") or ""
     lowered = args.replace(" ", "").lower()
@@ -458,6 +475,7 @@ CHECKS: list[Callable[[Draft, Problems], None]] = [
     check_runtime,
     check_checkpoint,
     check_switch,
+    check_secrets,
     check_ssh,
     check_disk,
 ]

@@ -37,7 +37,7 @@ from sparkctl.model.cluster import (
     SwitchType,
 )
 from sparkctl.model.problems import Problems, from_validation_error, join_path, suggest
-from sparkctl.model.types import EnvName, Gib, HostName, Mtu, Rank, ShortName
+from sparkctl.model.types import Gib, HostName, Mtu, Rank, ShortName
 
 SPARKS, SWITCHES = "sparks", "switches"
 GROUPS = (SPARKS, SWITCHES)
@@ -65,7 +65,7 @@ SITE_KEYS: dict[str, Key] = {
     "sparkctl_api_allow": Key(list[IPv4Network], False, None),
     "sparkctl_paths": Key(Paths),
     "sparkctl_checkpoint": Key(Checkpoint),
-    "sparkctl_secrets": Key(dict[EnvName, SecretRef], False, {}),
+    "sparkctl_secrets": Key(dict[StrictStr, SecretRef], False, {}),
 }
 # Keys of one Spark (host entry, host_vars, group_vars/sparks; defaults may sit in group_vars/all).
 SPARK_KEYS: dict[str, Key] = {

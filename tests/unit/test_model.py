@@ -170,23 +170,32 @@ def test_site_vars_in_hosts_file_are_overridden_by_group_vars(example_copy: Path
     assert load_inventory(example_copy).name == "example"
 
 
-def test_secret_resolution(example_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (example_copy / "api.key").write_text("s3cret\n")
+def test_secret_from_environment(example_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _edit(
         example_copy / "group_vars/all/sparkctl.yml",
-        sparkctl_secrets={"api_key": {"env": "SPARKCTL_TEST_KEY"}, "hf_token": {"file": "api.key"}},
+        sparkctl_secrets={"api_key": {"env": "SPARKCTL_TEST_KEY"}},
     )
-    cluster = load_inventory(example_copy)
+    ref = load_inventory(example_copy).secrets["api_key"]
     monkeypatch.delenv("SPARKCTL_TEST_KEY", raising=False)
     with pytest.raises(InputError, match="SPARKCTL_TEST_KEY is not set"):
-        cluster.secrets["api_key"].resolve()
+        ref.resolve()
     monkeypatch.setenv("SPARKCTL_TEST_KEY", "from-env")
-    assert cluster.secrets["api_key"].resolve() == "from-env"
-    assert cluster.secrets["hf_token"].resolve() == "s3cret"  # relative to the inventory
-    assert cluster.secrets["hf_token"].describe() == "file:api.key"
+    assert ref.resolve() == "from-env"
+    assert ref.describe() == "env:SPARKCTL_TEST_KEY"
+
+
+def test_secret_from_file_relative_to_the_inventory(example_copy: Path) -> None:
+    (example_copy / "api.key").write_text("s3cret\n")
+    _edit(example_copy / "group_vars/all/sparkctl.yml", sparkctl_secrets={"api_key": {"file": "api.key"}})
+    ref = load_inventory(example_copy).secrets["api_key"]
+    assert ref.resolve() == "s3cret"
+    assert ref.describe() == "file:api.key"
+    (example_copy / "api.key").write_text("")
+    with pytest.raises(InputError, match="is empty"):
+        ref.resolve()
     (example_copy / "api.key").unlink()
     with pytest.raises(InputError, match="cannot be read"):
-        cluster.secrets["hf_token"].resolve()
+        ref.resolve()
 
 
 def test_secrets_never_in_the_model_dump(example: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,141 @@
+"""`sparkctl provision` and `sparkctl check fabric` on the lab: real playbooks over real SSH.
+
+Order matters inside this module (first run, then idempotence, then the failure scenarios), so the
+tests share one provisioned lab; each scenario undoes its chaos on exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
+
+
+def _json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    try:
+        doc: dict[str, Any] = json.loads(proc.stdout)
+    except ValueError as exc:
+        tail = f"{proc.stdout[-2000:]}\n{proc.stderr}"
+        raise AssertionError(f"no JSON on stdout (exit {proc.returncode}): {tail}") from exc
+    return doc
+
+
+@pytest.fixture(scope="module")
+def provisioned(lab: Any) -> dict[str, Any]:
+    lab.heal()
+    proc = lab.run_sparkctl("provision", json_out=True, timeout=900)
+    doc = _json(proc)
+    assert proc.returncode == 0, (doc.get("failures"), proc.stderr[-3000:])
+    return doc
+
+
+def test_provision_passes(provisioned: dict[str, Any]) -> None:
+    assert provisioned["ok"] is True
+    assert set(NODES) <= set(provisioned["hosts"])
+    for host in NODES:
+        assert provisioned["hosts"][host]["failed"] == 0
+        assert provisioned["hosts"][host]["unreachable"] == 0
+
+
+def test_second_run_changes_nothing(lab: Any, provisioned: dict[str, Any]) -> None:
+    proc = lab.run_sparkctl("provision", json_out=True, timeout=900)
+    doc = _json(proc)
+    assert proc.returncode == 0, doc.get("failures")
+    changed = {h: s["changed"] for h, s in doc["hosts"].items()}
+    assert all(n == 0 for n in changed.values()), changed
+
+
+def test_nodes_are_configured(lab: Any, provisioned: dict[str, Any]) -> None:
+    out = lab.ssh("spark-2", "ip -o -4 addr show dev enp1s0f0np0; ip -o link show dev enP2p1s0f0np0").stdout
+    assert "10.251.0.12/24" in out and "mtu 9000" in out
+    assert "table inet sparkctl" in lab.ssh("spark-1", "nft list tables").stdout
+    sim = lab.ssh("spark-0", "sparkctl-sim-rank --help", check=False)
+    assert sim.returncode == 0 and "SGLang" in sim.stdout, sim.stderr
+    # the mesh: node to node over the fabric name, host key pinned (no prompt, BatchMode)
+    hop = lab.ssh("spark-0", "ssh -o BatchMode=yes spark-3-fab-a hostname", check=False)
+    assert hop.stdout.strip() == "spark-3", hop.stderr
+
+
+def test_check_fabric_passes(lab: Any, provisioned: dict[str, Any]) -> None:
+    proc = lab.run_sparkctl("check", "fabric", json_out=True, timeout=300)
+    doc = _json(proc)
+    assert proc.returncode == 0, doc["problems"]
+    assert len(doc["pairs"]) == 24 and all(p["ok"] for p in doc["pairs"])
+    assert any(s.startswith("ib_write_bw per pair: skipped: no RDMA device") for s in doc["skipped"])
+    assert not any(s.endswith(": ok") for s in doc["skipped"])
+
+
+def test_check_fabric_names_a_switch_port_at_mtu_1500(lab: Any, provisioned: dict[str, Any]) -> None:
+    with lab.port_mtu("s2a", 1500):
+        proc = lab.run_sparkctl("check", "fabric", json_out=True, timeout=300)
+    doc = _json(proc)
+    assert proc.returncode == 1
+    text = "\n".join(doc["problems"])
+    assert "switch port s2a (spark-2 enp1s0f0np0): MTU 1500" in text
+    assert "-> spark-2 10.251.0.12 failed" in text  # a failing ordered pair, named
+    assert "likely culprit: spark-2 enp1s0f0np0 (switch port s2a)" in text
+    assert "spark-2" in proc.stderr and "s2a" in proc.stderr
+    failing = {(p["src"], p["dst"]) for p in doc["pairs"] if not p["ok"]}
+    assert failing == {(a, b) for a in NODES for b in NODES if a != b and "spark-2" in (a, b)}
+
+
+def test_check_diff_shows_an_inventory_edit_and_changes_nothing(
+    lab: Any, provisioned: dict[str, Any], tmp_path: Path
+) -> None:
+    site = tmp_path / "lab-edited"
+    shutil.copytree(lab.inventory, site)
+    conf = site / "group_vars" / "all" / "sparkctl.yml"
+    doc = yaml.safe_load(conf.read_text())
+    doc["sparkctl_api_allow"] = [*doc["sparkctl_api_allow"], "192.0.2.0/24"]
+    conf.write_text(yaml.safe_dump(doc, sort_keys=False))
+    before = lab.ssh("spark-1", "sha256sum /etc/sparkctl/firewall.nft").stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "-i", str(site), "provision", "--check", "--diff",
+         "--tags", "firewall"],
+        capture_output=True, text=True, timeout=900, cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "192.0.2.0/24" in proc.stdout  # the diff of the ruleset
+    assert "would change" in proc.stdout
+    assert lab.ssh("spark-1", "sha256sum /etc/sparkctl/firewall.nft").stdout == before
+
+
+def test_powered_off_node_fails_naming_it(lab: Any, provisioned: dict[str, Any]) -> None:
+    sums = "sha256sum /etc/netplan/40-sparkctl-fabric.yaml /etc/sparkctl/firewall.nft"
+    states = {n: lab.ssh(n, sums).stdout for n in NODES if n != "spark-3"}
+    with lab.powered_off("spark-3"):
+        proc = lab.run_sparkctl("provision", json_out=True, timeout=900)
+    doc = _json(proc)
+    assert proc.returncode == 1
+    assert "spark-3" in proc.stderr
+    assert any(f["host"] == "spark-3" and f["unreachable"] for f in doc["failures"])
+    for n in ("spark-0", "spark-1", "spark-2"):
+        assert doc["hosts"][n]["changed"] == 0, doc["hosts"][n]
+        assert lab.ssh(n, sums).stdout == states[n]
+
+
+def test_manual_ansible_playbook_works(lab: Any, provisioned: dict[str, Any]) -> None:
+    lab.heal()
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run(
+        [str(bin_dir / "ansible-playbook"), "-i", "inventory/lab", "playbooks/provision.yml"],
+        capture_output=True, text=True, timeout=900, cwd=REPO, env=env,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    recap = proc.stdout[proc.stdout.rindex("PLAY RECAP"):]
+    for n in NODES:
+        line = next(ln for ln in recap.splitlines() if ln.startswith(n))
+        assert "changed=0" in line and "failed=0" in line and "unreachable=0" in line, line

@@ -206,6 +206,25 @@ def test_exec_passes_the_exit_code_and_rejects_unknown_machines(lab: Lab) -> Non
 
 
 @pytest.mark.lab_last
+def test_a_crashed_run_is_cleaned_by_the_next_up(lab: Lab) -> None:
+    from sparkctl.lab import control, state
+
+    # A crash: every container process killed, the state file lost, everything else left behind.
+    for pid in [int(p) for p in run_argv(["pgrep", "-f", "systemd-nspawn --boot --machine="]).stdout.split()]:
+        run_argv(["kill", "-9", str(pid)])
+    state.state_file().unlink()
+    time.sleep(1)
+    assert any(item.startswith("network namespace") for item in control.leftovers())
+    sizes = ["--nvme-gib", str(lab.nvme_gib)] if lab.nvme_gib else []
+    proc = lab.run_sparkctl("lab", "up", *sizes, json_out=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert set(json.loads(proc.stdout)["system"].values()) == {"running"}
+    assert lab.ssh("spark-2", "hostname").stdout.strip() == "spark-2"
+    # exactly one container per machine afterwards
+    assert len(run_argv(["pgrep", "-f", "systemd-nspawn --boot --machine="]).stdout.split()) == 5
+
+
+@pytest.mark.lab_last
 def test_down_leaves_nothing_behind(lab: Lab) -> None:
     from sparkctl.lab import state
 

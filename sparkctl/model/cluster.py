@@ -29,6 +29,7 @@ from sparkctl.model.types import (
     Rank,
     ShortName,
 )
+from sparkctl.profiles import Profile
 
 RuntimeKind = Literal["container", "venv", "lab"]
 SwitchType = Literal["routeros", "nvue", "linux"]
@@ -194,7 +195,7 @@ class Cluster(BaseModel):
 
     name: ShortName
     inventory_dir: Path
-    profile: Any  # sparkctl.profiles.Profile, resolved with the site's overrides
+    profile: Profile  # resolved, with the site's overrides
     nodes: list[Node]
     runtime: Runtime
     mgmt: Mgmt

@@ -13,7 +13,10 @@ from sparkctl.errors import InputError
 VAR_SUFFIXES = (".yml", ".yaml", ".json")
 
 
-class _StrictLoader(yaml.SafeLoader):
+_Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when present
+
+
+class _StrictLoader(_Base):
     """SafeLoader that refuses a key written twice in one mapping (YAML would keep the last)."""
 
     def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:

@@ -138,12 +138,9 @@ class _Evidence:
     def __init__(self) -> None:
         self.exchanges: list[dict[str, Any]] = []
 
-    def add(self, request: dict[str, Any], response: Any, seconds: float, note: str | None = None) -> None:
+    def add(self, request: dict[str, Any], response: Any, seconds: float) -> None:
         body = response.model_dump(mode="json") if hasattr(response, "model_dump") else response
-        entry: dict[str, Any] = {"request": request, "response": body, "seconds": round(seconds, 4)}
-        if note:
-            entry["note"] = note
-        self.exchanges.append(entry)
+        self.exchanges.append({"request": request, "response": body, "seconds": round(seconds, 4)})
 
 
 @dataclass
@@ -167,7 +164,7 @@ class _Context:
         except Exception as exc:
             self.evidence.add(
                 {**(record or body), **extra},
-                {"error": f"{type(exc).__name__}: {exc}"},
+                {"error": _describe(exc)},
                 time.perf_counter() - start,
             )
             raise

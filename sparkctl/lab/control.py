@@ -568,6 +568,11 @@ def lab_inventory_for(inventory_dir: Path, st: state.LabState) -> lab_inventory.
 def up(inventory_dir: Path, nvme: dict[str, int] | None = None, log: Log = _nothing) -> UpReport:
     """Bring the lab up (idempotent): build/reuse the rootfs, wire, boot, write the inventory."""
     host.require_root_linux("up")
+    with state.locked():
+        return _up(inventory_dir, nvme, log)
+
+
+def _up(inventory_dir: Path, nvme: dict[str, int] | None, log: Log) -> UpReport:
     host.require_tools(["systemd-nspawn", "ip", "ssh", "ssh-keygen", "nsenter", "setsid", "mount"])
     nvme = dict(nvme or {})
     _validate_nvme(nvme)
@@ -581,7 +586,7 @@ def up(inventory_dir: Path, nvme: dict[str, int] | None = None, log: Log = _noth
     st = state.load()
     if st is not None and st.rootfs != str(rootfs_dir):
         log("the rootfs changed since the lab came up: recreating the lab")
-        down(log=log)
+        _teardown(st, log)
         st = None
     for old in rootfs.prune(keep=rootfs_dir):
         log(f"removed an outdated rootfs cache: {old}")
@@ -628,14 +633,14 @@ def up(inventory_dir: Path, nvme: dict[str, int] | None = None, log: Log = _noth
 
 def start(machine: str, log: Log = _nothing) -> bool:
     host.require_root_linux("start")
-    st = _require_state()
     check_machine(machine)
-    rootfs_dir = Path(st.rootfs)
-    pub = _ensure_controller_files()
-    try:
-        started = start_machine(machine, st, rootfs_dir, pub)
-    finally:
-        state.save(st)
+    with state.locked():
+        st = _require_state()
+        pub = _ensure_controller_files()
+        try:
+            started = start_machine(machine, st, Path(st.rootfs), pub)
+        finally:
+            state.save(st)
     wait_booted(machine, st)
     wait_ssh(machine, Path(st.inventory_dir))
     return started
@@ -643,20 +648,21 @@ def start(machine: str, log: Log = _nothing) -> bool:
 
 def kill(machine: str) -> bool:
     host.require_root_linux("kill")
-    st = _require_state()
     check_machine(machine)
-    was_on = nspawn_pid(machine, st) is not None
-    stop_machine(machine, st)
-    state.save(st)
+    with state.locked():
+        st = _require_state()
+        was_on = nspawn_pid(machine, st) is not None
+        stop_machine(machine, st)
+        state.save(st)
     return was_on
 
 
 def down(log: Log = _nothing) -> list[str]:
     """Remove everything the lab made; return what could not be removed (empty when clean)."""
     host.require_root_linux("down")
-    st = state.load()
-    _teardown(st, log)
-    return leftovers()
+    with state.locked():
+        _teardown(state.load(), log)
+        return leftovers()
 
 
 def _teardown(st: state.LabState | None, log: Log) -> None:

@@ -9,11 +9,17 @@ removes exactly that, and a run that crashed is recognised and cleaned by the ne
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sparkctl.errors import SparkctlError
 
 DEFAULT_LAB_DIR = Path("/var/lib/sparkctl/lab")
 DEFAULT_RUN_DIR = Path("/run/sparkctl-lab")
@@ -137,3 +143,31 @@ def clear() -> None:
     state_file().unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         run_dir().rmdir()
+
+
+def lock_file() -> Path:
+    return run_dir().with_name(run_dir().name + ".lock")
+
+
+@contextmanager
+def locked(timeout: float = 600.0) -> Iterator[None]:
+    """One lab operation at a time on this host (two test sessions, or a user and a test)."""
+    path = lock_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise SparkctlError(
+                        f"another lab operation holds {path} for more than {timeout:.0f}s",
+                        hint="wait for it to finish (see `ps -ef | grep sparkctl`)",
+                    ) from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 APT_PACKAGES := systemd-container debootstrap openssh-client openssh-server iproute2 iputils-ping nftables rsync e2fsprogs util-linux procps
 
-.PHONY: help venv apt demo test unit integration lint bench lab-up lab-down clean
+.PHONY: help venv sglang apt demo test unit integration lint bench lab-up lab-down clean
 
 help:
 	@echo "make demo   - bring the local lab up and run the whole flow on it (root, Linux)"
@@ -23,6 +23,17 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# SGLang 0.5.23's parser (CPU only) in its own venv; `validate` uses it through SPARKCTL_SGLANG_PYTHON.
+SGL_VENV := .venv-sglang
+$(SGL_VENV)/.installed:
+	$(PY) -m venv $(SGL_VENV)
+	$(SGL_VENV)/bin/pip install -q --no-deps sglang==0.5.23
+	$(SGL_VENV)/bin/pip install -q msgspec psutil pyzmq numpy orjson pybase64 requests packaging pillow \
+	  starlette tqdm IPython aiohttp PyYAML pydantic
+	touch $@
+
+sglang: $(SGL_VENV)/.installed
+
 # System packages the lab and the integration tests need (Debian/Ubuntu, root).
 apt:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -38,7 +49,8 @@ lint: venv
 	$(BIN)/yamllint -s .
 	PATH=$(CURDIR)/$(BIN):$$PATH ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg $(BIN)/ansible-lint --profile production -q playbooks roles
 
-unit: venv
+unit: venv sglang
+	SPARKCTL_SGLANG_PYTHON=$(CURDIR)/$(SGL_VENV)/bin/python $(BIN)/pytest -q tests/unit/test_sglang_parser.py
 	$(BIN)/pytest -q tests/unit tests/cli
 
 integration: venv apt

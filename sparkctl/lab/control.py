@@ -581,7 +581,7 @@ def _up(inventory_dir: Path, nvme: dict[str, int] | None, log: Log) -> UpReport:
     t0 = time.monotonic()
     if not rootfs.is_built(rootfs.rootfs_path()):
         log(f"building the lab rootfs (debootstrap {rootfs.SUITE}, once) into {rootfs.rootfs_path()}")
-    rootfs_dir, build_s = rootfs.ensure(state.lab_dir().parent / "rootfs-build.log")
+    rootfs_dir, build_s = rootfs.ensure(rootfs.cache_dir() / "rootfs-build.log")
 
     st = state.load()
     if st is not None and st.rootfs != str(rootfs_dir):

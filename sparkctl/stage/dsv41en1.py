@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .manifest import file_sha256
+from .manifest import HashingWriter, file_sha256
 from .safetensors import SafetensorsError, TensorInfo, read_header, read_index
 
 MAGIC = 0x31344E4531565344  # on disk (little-endian): the bytes "DSV1EN41"
@@ -275,24 +275,20 @@ def pack_layer(
 ) -> PackedFile:
     """Write this rank's slice of one layer to ``out_path`` (truncating it), hashing while writing.
 
-    Three stages overlap: a reader thread (two sequential preads per block), the interleave in
-    this thread, and a writer thread that hashes and writes (both release the GIL). The file is
-    fsynced before returning; renaming it into place is the caller's job, after verification.
+    Four stages overlap: a reader thread (two sequential preads per block), the interleave in
+    this thread, and manifest.HashingWriter's writer and hasher threads (all but the interleave
+    release the GIL). The file is fsynced before returning; renaming it into place is the
+    caller's job, after verification.
     """
     lo, hi = row_range(src.rows, rank, tp)
     header = Header(src.layer, lo, hi, src.rows).pack()
     digest = hashlib.sha256(header)
     n_blocks = (hi - lo + block_rows - 1) // block_rows
-    free: queue.Queue[bytearray] = queue.Queue()
-    for _ in range(3):
-        free.put(bytearray(block_rows * ROW_BYTES))
     to_mix: queue.Queue[tuple[bytes, bytes, int] | BaseException | None] = queue.Queue(maxsize=2)
-    to_write: queue.Queue[tuple[bytearray, int] | None] = queue.Queue(maxsize=2)
-    errors: list[BaseException] = []
     stop = threading.Event()
 
     wfd = os.open(src.weight_path, os.O_RDONLY)
-    sfd = os.open(src.scale_path, os.O_RDONLY) if src.scale_path != src.weight_path else wfd
+    sfd = os.open(src.scale_path, os.O_RDONLY)
     ofd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
     def reader() -> None:
@@ -302,71 +298,43 @@ def pack_layer(
                     break
                 r0 = lo + b * block_rows
                 n = min(block_rows, hi - r0)
-                w = _pread_exact(
-                    wfd, n * WEIGHT_BYTES, src.weight_offset + r0 * WEIGHT_BYTES, src.weight_path
-                )
+                w_at = src.weight_offset + r0 * WEIGHT_BYTES
+                w = _pread_exact(wfd, n * WEIGHT_BYTES, w_at, src.weight_path)
                 s = _pread_exact(sfd, n * SCALE_BYTES, src.scale_offset + r0 * SCALE_BYTES, src.scale_path)
                 to_mix.put((w, s, n))
             to_mix.put(None)
         except BaseException as exc:
             to_mix.put(exc)
 
-    def writer() -> None:
-        try:
-            while True:
-                item = to_write.get()
-                if item is None:
-                    return
-                buf, nbytes = item
-                view = memoryview(buf)[:nbytes]
-                digest.update(view)
-                done = 0
-                while done < nbytes:
-                    done += os.write(ofd, view[done:])
-                free.put(buf)
-                if on_progress is not None:
-                    on_progress(nbytes)
-        except BaseException as exc:
-            errors.append(exc)
-            stop.set()
-            # keep draining (and recycling buffers) so the producer never blocks forever
-            while (item := to_write.get()) is not None:
-                free.put(item[0])
-
-    threads = [threading.Thread(target=reader, daemon=True), threading.Thread(target=writer, daemon=True)]
+    thread = threading.Thread(target=reader, daemon=True)
+    error: BaseException | None = None
     try:
         os.write(ofd, header)
-        for t in threads:
-            t.start()
-        while True:
-            item = to_mix.get()
-            if item is None:
-                break
-            if isinstance(item, BaseException):
-                errors.append(item)
-                break
-            w, s, n = item
-            out = free.get()
-            interleave(memoryview(w), memoryview(s), memoryview(out), n)
-            to_write.put((out, n * ROW_BYTES))
-            if stop.is_set():
-                break
-        stop.set()
-        to_write.put(None)
-        for t in threads:
-            # the reader may wait on a full queue after a failure: drain it
-            while t.is_alive():
+        writer = HashingWriter(ofd, digest, block_rows * ROW_BYTES, buffers=3, on_done=on_progress)
+        thread.start()
+        try:
+            while (item := to_mix.get()) is not None:
+                if isinstance(item, BaseException):
+                    error = item
+                    break
+                w, s, n = item
+                out = writer.buffer()
+                interleave(memoryview(w), memoryview(s), memoryview(out), n)
+                writer.submit(out, n * ROW_BYTES)
+        finally:
+            stop.set()
+            while thread.is_alive():  # the reader may wait on a full queue after a failure
                 with contextlib.suppress(queue.Empty):
                     to_mix.get_nowait()
-                t.join(0.05)
-        if errors:
-            raise errors[0]
+                thread.join(0.05)
+            writer.close()
+        if error is not None:
+            raise error
         os.fsync(ofd)
     finally:
         os.close(ofd)
         os.close(wfd)
-        if sfd != wfd:
-            os.close(sfd)
+        os.close(sfd)
     size = os.path.getsize(out_path)
     return PackedFile(
         shard_name(src.layer, rank, tp),

@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -188,3 +190,74 @@ def verify(
         elif not quick.get(rel):
             problems.append(f"{rel}: not confirmed by this node's manifest (changed since staging?)")
     return problems
+
+
+class HashingWriter:
+    """Write buffers to a file descriptor and hash them, in two threads (both release the GIL).
+
+    The producer takes a free buffer with :meth:`buffer`, fills it and hands it back with
+    :meth:`submit`; the writer thread writes it, then the hasher thread feeds it to ``digest``
+    and recycles it. So receiving (or packing), writing and hashing overlap, and the digest is
+    computed in-stream without reading the file back. :meth:`close` waits for both and raises
+    the first error.
+    """
+
+    def __init__(
+        self,
+        fd: int,
+        digest: Any,
+        size: int,
+        buffers: int = 4,
+        on_done: Callable[[int], None] | None = None,
+    ):
+        self.fd, self.digest, self.on_done = fd, digest, on_done
+        self._free: queue.Queue[bytearray] = queue.Queue()
+        for _ in range(buffers):
+            self._free.put(bytearray(size))
+        self._to_write: queue.Queue[tuple[bytearray, int] | None] = queue.Queue()
+        self._to_hash: queue.Queue[tuple[bytearray, int] | None] = queue.Queue()
+        self.errors: list[BaseException] = []
+        self._threads = [
+            threading.Thread(target=self._writer, daemon=True),
+            threading.Thread(target=self._hasher, daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def buffer(self) -> bytearray:
+        if self.errors:
+            raise self.errors[0]
+        return self._free.get()
+
+    def submit(self, buf: bytearray, n: int) -> None:
+        self._to_write.put((buf, n))
+
+    def _writer(self) -> None:
+        while (item := self._to_write.get()) is not None:
+            buf, n = item
+            if not self.errors:
+                try:
+                    view = memoryview(buf)[:n]
+                    done = 0
+                    while done < n:
+                        done += os.write(self.fd, view[done:])
+                except BaseException as exc:
+                    self.errors.append(exc)
+            self._to_hash.put(item)
+        self._to_hash.put(None)
+
+    def _hasher(self) -> None:
+        while (item := self._to_hash.get()) is not None:
+            buf, n = item
+            if not self.errors:
+                self.digest.update(memoryview(buf)[:n])
+                if self.on_done is not None:
+                    self.on_done(n)
+            self._free.put(buf)
+
+    def close(self) -> None:
+        self._to_write.put(None)
+        for t in self._threads:
+            t.join()
+        if self.errors:
+            raise self.errors[0]

@@ -30,9 +30,9 @@ import contextlib
 import hashlib
 import json
 import os
-import queue
 import shutil
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -123,6 +123,18 @@ class _Ticker(threading.Thread):
 
 
 # --- the serving side ----------------------------------------------------------------------
+
+
+def _blocking_with_timeout(sock: socket.socket, seconds: float) -> None:
+    """Blocking socket whose sends and receives fail after ``seconds`` without progress.
+
+    Unlike ``settimeout`` (non-blocking plus a poll before every call), this lets ``sendfile``
+    and ``recv_into`` move large chunks per system call, as a plain copy does.
+    """
+    sock.settimeout(None)
+    tv = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
 
 
 def _send_json(sock: socket.socket, obj: dict[str, Any]) -> None:
@@ -239,15 +251,15 @@ class Server:
 
     def _handle(self, conn: socket.socket) -> None:
         with conn:
-            conn.settimeout(self.stall_s)
+            _blocking_with_timeout(conn, self.stall_s)
             try:
                 req = _recv_line(conn)
                 self._touch()
                 if req.get("op") == "done":
+                    _send_json(conn, {"ok": True})  # reply first: the process may exit once it is recorded
                     with self.cond:
                         self.done_from.append(str(req.get("node", "?")))
                         self.cond.notify_all()
-                    _send_json(conn, {"ok": True})
                 elif req.get("op") == "get":
                     self._serve_file(conn, req)
                 else:
@@ -287,13 +299,17 @@ class Server:
             _send_json(conn, {"ok": True, "start": start})
             pos = start
             last = time.monotonic()
-            src = os.fdopen(os.dup(fd), "rb")  # socket.sendfile: zero-copy, honours the timeout
+            out = conn.fileno()
             while pos < size:
                 avail = size if complete else os.fstat(fd).st_size
                 if avail < pos:
                     raise TransferError(f"{rel}: the partial file shrank (upstream restarted it)")
                 if avail > pos:
-                    n = conn.sendfile(src, pos, min(avail - pos, SEND_CHUNK))
+                    try:
+                        n = os.sendfile(out, fd, pos, min(avail - pos, SEND_CHUNK))
+                    except BlockingIOError as exc:  # SO_SNDTIMEO expired: the receiver stalled
+                        msg = f"{rel}: the receiver took nothing for {self.stall_s:.0f} s"
+                        raise TransferError(msg) from exc
                     if n == 0:
                         raise TransferError(f"{rel}: unexpected end of file at {pos}")
                     pos += n
@@ -307,7 +323,6 @@ class Server:
                         complete = True  # the rename happened; the open fd holds the same inode
                         continue
                 time.sleep(0.01)
-            src.close()
         finally:
             os.close(fd)
 
@@ -329,8 +344,6 @@ def connect(upstream: tuple[str, int], wait_s: float) -> socket.socket:
         try:
             sock = socket.create_connection(upstream, timeout=5)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 20)
             return sock
         except OSError as exc:
             if time.monotonic() > deadline:
@@ -378,7 +391,7 @@ def fetch_file(
         _hash_prefix(part, offset, h)
     sock = connect(upstream, connect_wait_s)
     with sock:
-        sock.settimeout(stall_s)
+        _blocking_with_timeout(sock, stall_s)
         _send_json(
             sock,
             {"op": "get", "path": rel, "offset": offset, "prefix_sha256": h.hexdigest() if offset else None},
@@ -419,36 +432,13 @@ def _receive(
     rel: str,
     upstream: tuple[str, int],
 ) -> None:
-    """recv into rotating buffers; a writer thread hashes and writes them (both release the GIL)."""
-    free: queue.Queue[bytearray] = queue.Queue()
-    for _ in range(3):
-        free.put(bytearray(BLOCK))
-    full: queue.Queue[tuple[bytearray, int] | None] = queue.Queue()
-    err: list[BaseException] = []
-
-    def writer() -> None:
-        try:
-            while (item := full.get()) is not None:
-                buf, n = item
-                view = memoryview(buf)[:n]
-                h.update(view)
-                done = 0
-                while done < n:
-                    done += os.write(fd, view[done:])
-                progress.add(done=n, moved=n)
-                free.put(buf)
-        except BaseException as exc:
-            err.append(exc)
-            while (item := full.get()) is not None:
-                free.put(item[0])
-
-    t = threading.Thread(target=writer, daemon=True)
-    t.start()
+    """recv into rotating buffers; writing and hashing run in their own threads (manifest.HashingWriter)."""
+    writer = mf.HashingWriter(fd, h, BLOCK, buffers=4, on_done=lambda n: progress.add(done=n, moved=n))
     started = time.monotonic()
     received = 0
     try:
-        while pos < size and not err:
-            buf = free.get()
+        while pos < size:
+            buf = writer.buffer()
             view = memoryview(buf)
             want = min(BLOCK, size - pos)
             got = 0
@@ -457,10 +447,9 @@ def _receive(
                 if n == 0:
                     break
                 got += n
-            if got:
-                full.put((buf, got))
-                pos += got
-                received += got
+            writer.submit(buf, got)
+            pos += got
+            received += got
             if got < want:
                 raise TransferError(f"{rel}: connection to {upstream[0]} closed at byte {pos} of {size}")
             if bwlimit > 0:
@@ -468,10 +457,10 @@ def _receive(
                 if ahead > 0:
                     time.sleep(ahead)
     finally:
-        full.put(None)
-        t.join()
-    if err:
-        raise TransferError(f"{rel}: writing failed: {err[0]}")
+        try:
+            writer.close()
+        except OSError as exc:
+            raise TransferError(f"{rel}: writing failed: {exc}") from exc
 
 
 # --- reuse of identical files already on the node ------------------------------------------
@@ -649,11 +638,13 @@ def run_node(
                         stall_s,
                     )
                     break
-                except TransferError as exc:
+                except (TransferError, OSError) as exc:  # OSError: a reset or a receive timeout
                     if log:
                         log(f"{rel}: attempt {attempt} failed: {exc}")
                     if attempt == retries:
-                        raise
+                        if isinstance(exc, TransferError):
+                            raise
+                        raise TransferError(f"{rel}: {exc} (from {upstream[0]})") from exc  # type: ignore[index]
                     # count only what is on disk again on the next attempt
                     with progress._lock:
                         progress.bytes_done = sum(

@@ -1,0 +1,308 @@
+"""Staging benchmarks: each ratio is measured against its baseline in the same run, on the same hosts.
+
+1. transfer: the staging agent (sha256 in-stream, .partial + fsync + rename, manifest) moving a
+   checkpoint head → one node, vs a raw TCP copy of the same bytes between the same two hosts
+   (sendfile → recv → write → fsync, no hashing).                          goal ≥ 0.85×
+2. packing: packing one rank's Engram rows (DSV41EN1, hashed while written, 1,037 rows
+   verified) vs a sequential read of the same source bytes + write of as many bytes.  goal ≥ 0.80×
+3. fan-out: time for the chain head → N−1 nodes vs head → 1 node.       goal ≈ 1× (not N×)
+
+    python bench/stage_bench.py                 # local: "nodes" are processes on 127.0.0.x
+    python bench/stage_bench.py --lab           # the lab: spark-0..3 over SSH, fabric addresses
+    python bench/stage_bench.py --mib 1024 --json
+
+Both backends run the node-side code itself (sparkctl/stage, shipped as the module_utils package
+``sparkctl_stage``), not a re-implementation. The page cache is warm for both sides of every
+comparison (the source was just written); say so when quoting the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CODE = REPO / "roles" / "spark_stage" / "module_utils"  # holds sparkctl_stage -> sparkctl/stage
+SYNTH = REPO / "tests" / "fixtures" / "synth_checkpoint.py"
+PORT = 29731
+
+RAW_RECV = r"""
+import os, socket, sys, time
+host, port, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+srv = socket.create_server((host, port)); srv.settimeout(60)
+conn, _ = srv.accept(); t0 = time.monotonic()
+fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+buf = bytearray(8 << 20); view = memoryview(buf); total = 0
+while True:
+    n = conn.recv_into(buf)
+    if not n:
+        break
+    done = 0
+    while done < n:
+        done += os.write(fd, view[done:n])
+    total += n
+os.fsync(fd); os.close(fd)
+print(total, time.monotonic() - t0)
+"""
+
+RAW_SEND = r"""
+import os, socket, sys, time
+host, port, files = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+deadline = time.monotonic() + 30
+while True:
+    try:
+        s = socket.create_connection((host, port)); break
+    except OSError:
+        if time.monotonic() > deadline: raise
+        time.sleep(0.05)
+for path in files:
+    with open(path, "rb") as f:
+        s.sendfile(f)
+s.close()
+"""
+
+STAGE = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from sparkctl_stage import transfer
+node, root, mpath, listen, upstream, expect = sys.argv[2:8]
+hp = lambda s: (s.rsplit(":", 1)[0], int(s.rsplit(":", 1)[1])) if s != "-" else None
+m = json.load(open(mpath))
+res = transfer.run_node(node, root, m, hp(listen), hp(upstream), expect_downstream=int(expect),
+                        stall_s=60, connect_wait_s=60)
+print(json.dumps(res.as_dict()))
+"""
+
+MANIFEST = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from sparkctl_stage import manifest
+m = manifest.build(sys.argv[2]); manifest.save(sys.argv[2], m)
+json.dump(m, open(sys.argv[3], "w"))
+print(m["total_bytes"])
+"""
+
+PACK = r"""
+import json, os, sys, time
+sys.path.insert(0, sys.argv[1])
+from sparkctl_stage import dsv41en1 as d
+model, out, rank, tp = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+srcs = d.locate(model)
+# baseline: read the same source ranges sequentially, write as many bytes, fsync
+t0 = time.monotonic(); total = 0
+fd = os.open(os.path.join(out, "seq.bin"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+block = 16 << 20
+for s in srcs:
+    lo, hi = d.row_range(s.rows, rank, tp)
+    for path, start, n in ((s.weight_path, s.weight_offset + lo * 256, (hi - lo) * 256),
+                           (s.scale_path, s.scale_offset + lo * 8, (hi - lo) * 8)):
+        with open(path, "rb", buffering=0) as f:
+            f.seek(start); left = n
+            while left:
+                data = f.read(min(block, left)); left -= len(data)
+                os.write(fd, data); total += len(data)
+    os.write(fd, bytes(d.HEADER_BYTES)); total += d.HEADER_BYTES
+os.fsync(fd); os.close(fd)
+seq_s = time.monotonic() - t0
+os.unlink(os.path.join(out, "seq.bin"))
+t0 = time.monotonic()
+res = d.pack_rank(model, os.path.join(out, "engram"), rank, tp, margin_bytes=0, force=True)
+pack_s = time.monotonic() - t0
+assert res.verified, res.problems
+print(json.dumps({"bytes": res.bytes_written, "seq_bytes": total, "seq_s": seq_s, "pack_s": pack_s}))
+"""
+
+
+class Host:
+    """One benchmark host: where its files live, its data address, and how to run a command there."""
+
+    def __init__(self, name: str, address: str, workdir: str, code: str, ssh: list[str] | None = None):
+        self.name, self.address, self.workdir, self.code, self.ssh = name, address, workdir, code, ssh
+
+    def _argv(self, argv: list[str]) -> list[str]:
+        if self.ssh is None:
+            return argv
+        return [*self.ssh, self.name, " ".join(shlex.quote(a) for a in argv)]
+
+    def run(self, argv: list[str], timeout: float = 1800) -> str:
+        proc = subprocess.run(self._argv(argv), capture_output=True, text=True, timeout=timeout, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"{self.name}: {argv[:3]} exited {proc.returncode}: {proc.stderr.strip()[-800:]}"
+            )
+        return proc.stdout
+
+    def start(self, argv: list[str]) -> subprocess.Popen[str]:
+        return subprocess.Popen(self._argv(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def py(self, script: str, *args: str) -> list[str]:
+        return ["python3", "-c", script, *args]
+
+
+def finish(proc: subprocess.Popen[str], what: str, timeout: float = 1800) -> str:
+    out, err = proc.communicate(timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} exited {proc.returncode}: {err.strip()[-800:]}")
+    return out
+
+
+def local_hosts(n: int, base: Path) -> list[Host]:
+    return [Host(f"n{i}", f"127.0.0.{i + 1}", str(base / f"n{i}"), str(CODE)) for i in range(n)]
+
+
+def lab_hosts(n: int) -> list[Host]:
+    sys.path.insert(0, str(REPO))
+    from sparkctl.model import load_inventory
+
+    inv = REPO / "inventory" / "lab"
+    cluster = load_inventory(inv)
+    ssh = ["ssh", "-F", str(inv / "ssh_config")]
+    code = "/tmp/sparkctl-bench-code"
+    hosts = []
+    for node in cluster.nodes[:n]:
+        h = Host(node.name, str(node.fabric_ip), "/mnt/nvme/bench", code, ssh)
+        subprocess.run([*ssh, node.name, f"rm -rf {code} && mkdir -p {code}/sparkctl_stage"], check=True)
+        files = [str(p) for p in (REPO / "sparkctl" / "stage").glob("*.py")]
+        subprocess.run(
+            ["scp", "-q", "-F", str(inv / "ssh_config"), *files, f"{node.name}:{code}/sparkctl_stage/"],
+            check=True,
+        )
+        subprocess.run(
+            ["scp", "-q", "-F", str(inv / "ssh_config"), str(SYNTH), f"{node.name}:{code}/"], check=True
+        )
+        hosts.append(h)
+    return hosts
+
+
+def bench(hosts: list[Host], mib: float, local_synth: bool) -> dict[str, Any]:
+    head = hosts[0]
+    for h in hosts:
+        h.run(["sh", "-c", f"rm -rf {shlex.quote(h.workdir)} && mkdir -p {shlex.quote(h.workdir)}"])
+    src = f"{head.workdir}/model"
+    rows = int(mib * (1 << 20) * 0.6 / 2 / 264)
+    synth = str(SYNTH) if local_synth else f"{head.code}/synth_checkpoint.py"
+    head.run(["python3", synth, src, "--engram-rows", str(rows), "--filler-mib", str(mib * 0.2)])
+    mpath = f"{head.workdir}/manifest.json"
+    total = int(head.run(head.py(MANIFEST, head.code, src, mpath)).strip())
+    for h in hosts[1:]:
+        if h.ssh is not None and head.ssh is not None:  # the lab: give every node the manifest
+            data = subprocess.run(
+                [*head.ssh, head.name, f"cat {mpath}"], check=True, capture_output=True
+            ).stdout
+            subprocess.run([*h.ssh, h.name, f"cat > {mpath}"], input=data, check=True)
+    files = sorted(json.loads(head.run(["cat", mpath]))["files"], key=lambda e: e["path"])
+    out: dict[str, Any] = {"bytes": total, "hosts": [h.name for h in hosts]}
+
+    # 1. raw copy vs staging, head -> hosts[1]
+    peer = hosts[1]
+    recv = peer.start(peer.py(RAW_RECV, peer.address, str(PORT), f"{peer.workdir}/raw.bin"))
+    time.sleep(0.5)
+    send = head.start(head.py(RAW_SEND, peer.address, str(PORT), *[f"{src}/{e['path']}" for e in files]))
+    finish(send, "raw sender")
+    raw_bytes, raw_s = finish(recv, "raw receiver").split()
+    peer.run(["rm", "-f", f"{peer.workdir}/raw.bin"])
+    one_s = run_chain(hosts[:2], mpath, src)
+    out["transfer"] = {
+        "raw_mib_s": round(int(raw_bytes) / (1 << 20) / float(raw_s), 1),
+        "stage_mib_s": round(total / (1 << 20) / one_s, 1),
+    }
+    out["transfer"]["ratio"] = round(out["transfer"]["stage_mib_s"] / out["transfer"]["raw_mib_s"], 3)
+
+    # 3. chain to every host vs to one
+    if len(hosts) > 2:
+        n_s = run_chain(hosts, mpath, src)
+        out["fanout"] = {
+            "nodes": len(hosts) - 1,
+            "one_node_s": round(one_s, 2),
+            "all_nodes_s": round(n_s, 2),
+            "ratio": round(n_s / one_s, 3),
+        }
+
+    # 2. packing vs sequential read + write of the same bytes (on the head's local checkpoint)
+    res = json.loads(head.run(head.py(PACK, head.code, src, head.workdir, "1", "4")))
+    out["packing"] = {
+        "seq_mib_s": round(res["seq_bytes"] / (1 << 20) / res["seq_s"], 1),
+        "pack_mib_s": round(res["bytes"] / (1 << 20) / res["pack_s"], 1),
+    }
+    out["packing"]["ratio"] = round(out["packing"]["pack_mib_s"] / out["packing"]["seq_mib_s"], 3)
+    for h in hosts:
+        h.run(["rm", "-rf", h.workdir])
+    return out
+
+
+def run_chain(hosts: list[Host], mpath: str, src: str) -> float:
+    """Stage to hosts[1:] from hosts[0] (fresh dirs); seconds until the last node is done."""
+    for h in hosts[1:]:
+        h.run(["rm", "-rf", f"{h.workdir}/model"])
+    procs = []
+    t0 = time.monotonic()
+    for i, h in enumerate(hosts):
+        listen = f"{h.address}:{PORT}" if i + 1 < len(hosts) else "-"
+        upstream = f"{hosts[i - 1].address}:{PORT}" if i else "-"
+        root = src if i == 0 else f"{h.workdir}/model"
+        procs.append((h, h.start(h.py(STAGE, h.code, h.name, root, mpath, listen, upstream, "1"))))
+        if i == 0:
+            time.sleep(0.5)
+    secs = []
+    for h, p in procs:
+        doc = json.loads(finish(p, f"stage agent on {h.name}").strip().splitlines()[-1])
+        if h is not hosts[0]:
+            secs.append(doc["seconds"])
+    wall = time.monotonic() - t0
+    return max(secs) if secs else wall
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="sparkctl staging benchmarks (ratios vs baselines, one run)")
+    ap.add_argument(
+        "--lab", action="store_true", help="run on the lab nodes over the fabric (needs `lab up`)"
+    )
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--mib", type=float, default=512, help="checkpoint size in MiB")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    tmp = None
+    if args.lab:
+        hosts = lab_hosts(args.nodes)
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="stage-bench-"))
+        hosts = local_hosts(args.nodes, tmp)
+    try:
+        res = bench(hosts, args.mib, local_synth=not args.lab)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    res["backend"] = "lab" if args.lab else "local"
+    if args.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    t, p = res["transfer"], res["packing"]
+    size = res["bytes"] / (1 << 20)
+    print(f"staging bench ({res['backend']}, {size:.0f} MiB, hosts {', '.join(res['hosts'])})")
+    print(
+        f"  transfer  stage {t['stage_mib_s']:8.1f} MiB/s  raw copy {t['raw_mib_s']:8.1f} MiB/s  "
+        f"ratio {t['ratio']:.2f}  (goal >= 0.85)"
+    )
+    print(
+        f"  packing   pack  {p['pack_mib_s']:8.1f} MiB/s  seq r+w  {p['seq_mib_s']:8.1f} MiB/s  "
+        f"ratio {p['ratio']:.2f}  (goal >= 0.80)"
+    )
+    if "fanout" in res:
+        f = res["fanout"]
+        print(
+            f"  fan-out   {f['nodes']} nodes {f['all_nodes_s']:.2f} s  1 node {f['one_node_s']:.2f} s  "
+            f"ratio {f['ratio']:.2f}  (goal ~1, not {f['nodes']})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

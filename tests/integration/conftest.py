@@ -227,6 +227,10 @@ class Lab:
         finally:
             self.clear_fill(node)
 
+    def in_use_by_another_session(self) -> bool:
+        """True while another pytest session on this host uses the lab (don't take it down)."""
+        return bool(other_lab_users())
+
     def heal(self) -> None:
         """Undo every chaos hook: ports back to 9216 and up, cables plugged, machines on, NVMe unfilled."""
         from sparkctl.lab import control, topology
@@ -252,9 +256,35 @@ def _nvme_gib() -> int | None:
     return value or None
 
 
+# Test sessions using the lab right now (one file per pytest process), so two sessions on one
+# host share the lab instead of tearing it down under each other.
+USERS_DIR = Path("/run/sparkctl-lab.users")
+
+
+def _register_user() -> Path:
+    USERS_DIR.mkdir(parents=True, exist_ok=True)
+    me = USERS_DIR / str(os.getpid())
+    me.write_text(" ".join(sys.argv) + "\n")
+    return me
+
+
+def other_lab_users() -> list[int]:
+    """PIDs of other live test sessions using the lab (stale entries are removed)."""
+    others = []
+    for f in USERS_DIR.glob("*") if USERS_DIR.is_dir() else []:
+        if not f.name.isdigit() or int(f.name) == os.getpid():
+            continue
+        if Path(f"/proc/{f.name}").exists():
+            others.append(int(f.name))
+        else:
+            f.unlink(missing_ok=True)
+    return others
+
+
 @pytest.fixture(scope="session")
 def lab() -> Iterator[Lab]:
-    """The lab, up for the whole session (a crashed earlier run is cleaned first)."""
+    """The lab, up for the whole session. A fresh one (down, then up: a crashed earlier run is
+    cleaned), unless another test session is using it right now: then it is shared, and left up."""
     reason = lab_unavailable_reason()
     if reason:
         pytest.skip(reason)
@@ -262,18 +292,29 @@ def lab() -> Iterator[Lab]:
 
     keep = os.environ.get("SPARKCTL_LAB_KEEP") == "1"
     gib = _nvme_gib()
+    me = _register_user()
+    shared = bool(other_lab_users()) and control.is_up()
     t0 = time.monotonic()
-    if not keep or not control.is_up():
+    if not shared and (not keep or not control.is_up()):
         control.down()
-    report = control.up(LAB_INVENTORY, dict.fromkeys(topology.node_names(), gib) if gib else None)
-    sys.stderr.write(
-        f"\nlab up in {time.monotonic() - t0:.1f}s (rootfs build: {report.rootfs_build_s or 0:.0f}s): "
-        f"{json.dumps(report.system)}\n"
+    report = control.up(
+        LAB_INVENTORY, None if shared else dict.fromkeys(topology.node_names(), gib) if gib else None
     )
-    handle = Lab(inventory=LAB_INVENTORY, nvme_gib=gib)
-    yield handle
-    if keep:
-        sys.stderr.write(f"\nSPARKCTL_LAB_KEEP=1: lab left up; inventory {LAB_INVENTORY}\n")
+    sys.stderr.write(
+        f"\nlab {'shared with another session' if shared else 'up'} in {time.monotonic() - t0:.1f}s "
+        f"(rootfs build: {report.rootfs_build_s or 0:.0f}s): {json.dumps(report.system)}\n"
+    )
+    from sparkctl.lab import state
+
+    st = state.load()
+    sizes = {st.machines[n].nvme_gib for n in topology.node_names() if st and n in st.machines}
+    handle = Lab(inventory=LAB_INVENTORY, nvme_gib=sizes.pop() if len(sizes) == 1 else None)
+    try:
+        yield handle
+    finally:
+        me.unlink(missing_ok=True)
+    if keep or other_lab_users():
+        sys.stderr.write(f"\nlab left up (SPARKCTL_LAB_KEEP=1 or another session uses it): {LAB_INVENTORY}\n")
         return
     left = control.down()
     assert not left, f"lab down left things behind: {left}"

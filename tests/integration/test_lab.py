@@ -205,10 +205,16 @@ def test_exec_passes_the_exit_code_and_rejects_unknown_machines(lab: Lab) -> Non
     assert lab.run_sparkctl("lab", "mtu", "s9a", "1500").returncode == 2
 
 
+def _skip_if_shared(lab: Lab) -> None:
+    if lab.in_use_by_another_session():
+        pytest.skip("another test session is using the lab right now; not taking it down under it")
+
+
 @pytest.mark.lab_last
 def test_a_crashed_run_is_cleaned_by_the_next_up(lab: Lab) -> None:
     from sparkctl.lab import control, state
 
+    _skip_if_shared(lab)
     # A crash: every container process killed, the state file lost, everything else left behind.
     for pid in [int(p) for p in run_argv(["pgrep", "-f", "systemd-nspawn --boot --machine="]).stdout.split()]:
         run_argv(["kill", "-9", str(pid)])
@@ -228,6 +234,7 @@ def test_a_crashed_run_is_cleaned_by_the_next_up(lab: Lab) -> None:
 def test_down_leaves_nothing_behind(lab: Lab) -> None:
     from sparkctl.lab import state
 
+    _skip_if_shared(lab)
     inits = [r["pid"] for r in lab.status().values() if r["pid"]]
     assert len(inits) == 5
     proc = lab.run_sparkctl("lab", "down")

@@ -155,7 +155,8 @@ def check_fabric(ctx: typer.Context) -> None:
     probes = {h: r for h, r in result.task_results("Probe the fabric").items()}
     unreachable = {f.host: f.msg for f in result.failures if f.unreachable}
     other_failures = [f for f in result.failures if not f.unreachable]
-    verdict = fabric_check.judge(cluster, probes, _switch_mtus(result), unreachable)
+    rdma = {h: r.get("msg") or {} for h, r in result.task_results("Report the RDMA measurements").items()}
+    verdict = fabric_check.judge(cluster, probes, _switch_mtus(result), unreachable, rdma or None)
     for f in other_failures:
         verdict.problems.insert(0, f"{f.host}: probe failed in '{f.task}': {f.msg}")
     if ctx.obj.json:

@@ -17,6 +17,11 @@ EXPECTED_SPEED_MBPS = 200_000
 # and the figure that means a misconfigured fabric (~3 GB/s regardless of size).
 NCCL_BUSBW_EXPECTED_GBPS = (20.0, 24.0)
 NCCL_BUSBW_MISCONFIG_GBPS = 3.0
+# ib_write_bw, one QP, 64 KiB messages: ~98 Gb/s per PCIe half (196 Gb/s per host pair with both
+# halves, measured on CRS812 fabrics). Below this per half, the link is degraded.
+IB_WRITE_BW_MIN_HALF_GBITS = 80.0
+_LOSS_COUNTERS = ("discard", "out_of_buffer", "drop")
+_PAUSE_COUNTERS = ("pause", "pfc", "prio3")
 
 
 @dataclass
@@ -85,8 +90,13 @@ def judge(
     probes: dict[str, dict[str, Any]],
     switch_mtus: dict[str, int | None] | None = None,
     unreachable: dict[str, str] | None = None,
+    rdma: dict[str, dict[str, Any]] | None = None,
 ) -> Verdict:
-    """Judge the fabric from per-node probe results (node -> module result)."""
+    """Judge the fabric from per-node probe results (node -> module result).
+
+    ``rdma`` holds, per node, the hardware measurements of playbooks/check_fabric.yml (ib_write_bw
+    per pair, counters before/after, NCCL all-reduce); absent where the hardware is absent.
+    """
     v = Verdict()
     mtu = int(cluster.fabric.mtu)
     for node, why in sorted((unreachable or {}).items()):
@@ -234,4 +244,88 @@ def judge(
             )
         elif known:
             v.passed.append(f"RoCE v2 GID index common on half {idx}: {known.pop()}")
+    if not rdma:
+        why = "not every node has its RDMA devices, so no load was run"
+        v.skipped.append(f"ib_write_bw per pair: skipped: {why}")
+        v.skipped.append(f"NCCL all-reduce bus bandwidth: skipped: {why}")
+        v.skipped.append(f"PFC losslessness (pause/discard counters under load): skipped: {why}")
+        return v
+    _judge_rdma(cluster, v, rdma)
     return v
+
+
+def _judge_rdma(cluster: Any, v: Verdict, rdma: dict[str, dict[str, Any]]) -> None:
+    # ib_write_bw, per pair and half
+    pairs = 0
+    for node, m in sorted(rdma.items()):
+        for item in m.get("ib_write_bw") or []:
+            peer = item.get("peer")
+            total = 0.0
+            for line in item.get("halves") or []:
+                parts = str(line).split()
+                if len(parts) < 3:
+                    continue
+                netdev, bw = parts[1], float(parts[2]) if _is_number(parts[2]) else 0.0
+                total += bw
+                if bw < IB_WRITE_BW_MIN_HALF_GBITS:
+                    v.problems.append(
+                        f"ib_write_bw {_where(cluster, node, netdev)} -> {peer}: {bw:.1f} Gb/s, expected "
+                        "about 98 per half (degraded link: check speed/PCIe width, reseat, reboot both nodes)"
+                    )
+            pairs += 1
+            v.passed.append(f"ib_write_bw {node} -> {peer}: {total:.1f} Gb/s over both halves")
+    if pairs == 0:
+        v.problems.append("ib_write_bw: no measurement came back (is perftest installed on every node?)")
+    # losslessness: discards must not grow under load; pause frames show PFC at work
+    lost: list[str] = []
+    paused = 0
+    for node, m in sorted(rdma.items()):
+        before = m.get("counters_before") or {}
+        after = m.get("counters_after") or {}
+        for netdev, counters in sorted(after.items()):
+            for key, value in counters.items():
+                delta = int(value) - int((before.get(netdev) or {}).get(key, value))
+                if delta <= 0:
+                    continue
+                low = key.lower()
+                if any(k in low for k in _LOSS_COUNTERS):
+                    lost.append(f"{_where(cluster, node, netdev)} {key} +{delta}")
+                elif any(k in low for k in _PAUSE_COUNTERS):
+                    paused += delta
+    if lost:
+        v.problems.append(
+            "not lossless under load: " + "; ".join(lost) + " (check PFC on priority 3 end to end)"
+        )
+    else:
+        v.passed.append(f"lossless under load: no discards; pause/PFC counters +{paused}")
+    # NCCL all-reduce bus bandwidth (rank 0 reports)
+    head = cluster.head.name
+    nccl = (rdma.get(head) or {}).get("nccl") or {}
+    if not nccl:
+        v.skipped.append("NCCL all-reduce bus bandwidth: skipped: disabled (spark_fabric_check_nccl=false)")
+        return
+    out = nccl.get("out") or {}
+    busbw = out.get("busbw_gbps") if isinstance(out, dict) else None
+    lo, hi = NCCL_BUSBW_EXPECTED_GBPS
+    if busbw is None:
+        err = " | ".join(nccl.get("err") or []) or f"exit {nccl.get('rc')}"
+        v.problems.append(f"NCCL all-reduce did not finish on {head}: {err}")
+    elif busbw <= NCCL_BUSBW_MISCONFIG_GBPS * 1.2:
+        v.problems.append(
+            f"NCCL all-reduce bus bandwidth {busbw:.1f} GB/s: misconfigured (NCCL_IB_HCA must list both "
+            f"halves, MTU 9000, the right GID index; expected {lo:.0f}-{hi:.0f} GB/s)"
+        )
+    elif busbw < lo * 0.9:
+        v.problems.append(
+            f"NCCL all-reduce bus bandwidth {busbw:.1f} GB/s, below the expected {lo:.0f}-{hi:.0f}"
+        )
+    else:
+        v.passed.append(f"NCCL all-reduce bus bandwidth {busbw:.1f} GB/s (expected {lo:.0f}-{hi:.0f})")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -204,3 +204,58 @@ def test_check_fabric_gid_mismatch_on_hardware(run_cli: Any, example_copy: Path,
     assert res.code == EXIT_FAILED
     doc = json.loads(res.out)
     assert any("GID index differs across nodes on half 1: [3, 5]" in p for p in doc["problems"])
+
+
+def _rdma(
+    node: str, *, half_bw: float = 97.9, discards: int = 0, busbw: float | None = 21.5
+) -> dict[str, Any]:
+    before = {"enp1s0f0np0": {"rx_prio3_pause": 10, "rx_discards_phy": 0},
+              "enP2p1s0f0np0": {"rx_prio3_pause": 10, "rx_discards_phy": 0}}
+    after = {"enp1s0f0np0": {"rx_prio3_pause": 500, "rx_discards_phy": discards},
+             "enP2p1s0f0np0": {"rx_prio3_pause": 400, "rx_discards_phy": 0}}
+    peers = [p for p in NODES if p != node][:1]
+    msg: dict[str, Any] = {
+        "ib_write_bw": [
+            {"peer": p, "halves": [f"0 enp1s0f0np0 {half_bw}", "1 enP2p1s0f0np0 98.1"]} for p in peers
+        ],
+        "counters_before": before, "counters_after": after, "nccl": {},
+    }
+    if node == "spark-0" and busbw is not None:
+        msg["nccl"] = {"rc": 0, "out": {"busbw_gbps": busbw}, "err": []}
+    return msg
+
+
+def _hw(fake: FakeRunner, **kw: Any) -> None:
+    fake.results = {
+        "Probe the fabric": {n: _probe(n, i, rdma=True) for i, n in enumerate(NODES)},
+        "Report the RDMA measurements": {n: {"msg": _rdma(n, **kw)} for n in NODES},
+    }
+
+
+def test_check_fabric_hardware_pass(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+    _hw(fake)
+    res = run_cli("-i", str(example_copy), "--json", "check", "fabric")
+    assert res.code == EXIT_OK, res.out
+    doc = json.loads(res.out)
+    assert any("lossless under load: no discards" in p for p in doc["passed"])
+    assert any("NCCL all-reduce bus bandwidth 21.5 GB/s" in p for p in doc["passed"])
+    assert doc["skipped"] == []
+
+
+@pytest.mark.parametrize(
+    ("kw", "needle"),
+    [
+        ({"busbw": 3.1}, "misconfigured"),
+        ({"discards": 42}, "not lossless under load: spark-0 enp1s0f0np0 (switch port qsfp56-dd-1-1) "
+                           "rx_discards_phy +42"),
+        ({"half_bw": 13.0}, "ib_write_bw spark-0 enp1s0f0np0 (switch port qsfp56-dd-1-1) -> spark-1: "
+                            "13.0 Gb/s"),
+    ],
+)
+def test_check_fabric_hardware_problems(
+    run_cli: Any, example_copy: Path, fake: FakeRunner, kw: dict[str, Any], needle: str
+) -> None:
+    _hw(fake, **kw)
+    res = run_cli("-i", str(example_copy), "--json", "check", "fabric")
+    assert res.code == EXIT_FAILED
+    assert any(needle in p for p in json.loads(res.out)["problems"]), res.out

@@ -189,6 +189,8 @@ def _strip_fence(text: str) -> str:
 def _describe(exc: BaseException) -> str:
     """``Type: message (cause)``: the client's own error hides the socket-level reason in its cause."""
     text = f"{type(exc).__name__}: {exc}"
+    if getattr(exc, "status_code", None) is not None:
+        return text  # the server answered: its own message says why
     cause = exc.__cause__ or exc.__context__
     if cause is not None and str(cause) and str(cause) not in text:
         text += f" ({cause})"

@@ -1,0 +1,52 @@
+"""The sparkctl_rendered vars plugin: Ansible sees exactly what `sparkctl plan` renders."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from sparkctl import render
+from sparkctl.model import load_inventory
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _inventory_host(inv: Path, host: str) -> subprocess.CompletedProcess[str]:
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run([str(bin_dir / "ansible-inventory"), "-i", str(inv), "--host", host],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=120, check=False)
+
+
+def test_node_gets_its_plan_entry(example_copy: Path) -> None:
+    proc = _inventory_host(example_copy, "spark-2")
+    assert proc.returncode == 0, proc.stderr
+    hostvars = json.loads(proc.stdout)
+    expected = render.plan_document(load_inventory(example_copy), node="spark-2")["nodes"][0]
+    assert hostvars["sparkctl_rendered"] == json.loads(json.dumps(expected))
+    assert hostvars["sparkctl_cluster"]["head"] == "spark-0"
+    assert "/etc/netplan/40-sparkctl-fabric.yaml" in hostvars["sparkctl_rendered"]["files"]
+
+
+def test_switch_gets_its_config(example_copy: Path) -> None:
+    proc = _inventory_host(example_copy, "crs812")
+    assert proc.returncode == 0, proc.stderr
+    rendered = json.loads(proc.stdout)["sparkctl_rendered"]
+    assert rendered["type"] == "routeros"
+    assert "qsfp56-dd-3-1" in rendered["switch_config"]
+
+
+def test_bad_inventory_stops_ansible_with_sparkctls_message(example_copy: Path) -> None:
+    hosts = example_copy / "hosts.yml"
+    doc = yaml.safe_load(hosts.read_text())
+    doc["all"]["children"]["sparks"]["hosts"]["spark-1"]["sparkctl_rank"] = 0
+    hosts.write_text(yaml.safe_dump(doc))
+    proc = _inventory_host(example_copy, "spark-1")
+    assert proc.returncode != 0
+    assert "sparkctl inventory" in proc.stderr and "rank" in proc.stderr

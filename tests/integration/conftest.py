@@ -293,13 +293,13 @@ def lab() -> Iterator[Lab]:
     keep = os.environ.get("SPARKCTL_LAB_KEEP") == "1"
     gib = _nvme_gib()
     me = _register_user()
-    shared = bool(other_lab_users()) and control.is_up()
+    # Another live session: share its lab (never down). Otherwise start fresh: down, then up.
+    shared = bool(other_lab_users())
     t0 = time.monotonic()
-    if not shared and (not keep or not control.is_up()):
+    if not shared and not (keep and control.is_up()):
         control.down()
-    report = control.up(
-        LAB_INVENTORY, None if shared else dict.fromkeys(topology.node_names(), gib) if gib else None
-    )
+    sizes = dict.fromkeys(topology.node_names(), gib) if gib else None
+    report = control.up(LAB_INVENTORY, None if control.is_up() else sizes)
     sys.stderr.write(
         f"\nlab {'shared with another session' if shared else 'up'} in {time.monotonic() - t0:.1f}s "
         f"(rootfs build: {report.rootfs_build_s or 0:.0f}s): {json.dumps(report.system)}\n"
@@ -307,8 +307,8 @@ def lab() -> Iterator[Lab]:
     from sparkctl.lab import state
 
     st = state.load()
-    sizes = {st.machines[n].nvme_gib for n in topology.node_names() if st and n in st.machines}
-    handle = Lab(inventory=LAB_INVENTORY, nvme_gib=sizes.pop() if len(sizes) == 1 else None)
+    gibs = {st.machines[n].nvme_gib for n in topology.node_names() if st and n in st.machines}
+    handle = Lab(inventory=LAB_INVENTORY, nvme_gib=gibs.pop() if len(gibs) == 1 else None)
     try:
         yield handle
     finally:

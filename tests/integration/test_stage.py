@@ -155,6 +155,7 @@ def test_stage_all_leaves_exact_bytes_and_a_rerun_moves_nothing(lab: Any, ckpt: 
 
 def test_kill_9_mid_file_then_rerun_resumes_bit_exact(lab: Any, ckpt: dict[str, Any]) -> None:
     victim = "spark-2"
+    assert stage(lab, "weights").returncode == 0  # everything in place (a no-op after the first test)
     for node in ("spark-1", "spark-2", "spark-3"):
         lab.ssh(node, f"rm -f {MODEL_DIR}/{BIG}")
     size = ckpt["files"][BIG][0]
@@ -176,9 +177,8 @@ def test_kill_9_mid_file_then_rerun_resumes_bit_exact(lab: Any, ckpt: dict[str, 
     pid = None
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
-        out = lab.ssh(
-            victim, f"cat {PROGRESS} 2>/dev/null; ls -l {MODEL_DIR}/{BIG}.partial 2>/dev/null", check=False
-        )
+        probe = f"cat {PROGRESS} 2>/dev/null; echo; ls -l {MODEL_DIR}/{BIG}.partial 2>/dev/null"
+        out = lab.ssh(victim, probe, check=False)
         lines = out.stdout.splitlines()
         if lines and lines[0].startswith("{"):
             doc = json.loads(lines[0])

@@ -1,0 +1,125 @@
+"""`sparkctl stage` with the runner faked: playbook, variables, summaries and exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkctl import runner
+from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from sparkctl.plan import Plan
+
+NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
+FACTS = "Summarise the staged files on this node (quick check)"
+VERIFY = "Verify every checkpoint file and packed shard (full re-hash)"
+FANOUT = "Receive from the previous rank and serve the next one over the fabric"
+
+
+def stage_facts(host: str, ok: bool = True) -> dict[str, Any]:
+    rank = NODES.index(host)
+    return {
+        "stage": {
+            "node": host, "rank": rank, "tp": 4, "depth": "quick", "ok": ok,
+            "weights": {"present": True, "verified": ok, "files": 6, "bytes": 1 << 30, "problems": []},
+            "engram": {"present": True, "verified": ok, "problems": [],
+                       "files": [{"name": f"engram-l{layer}-r{rank}of4.bin"} for layer in (1, 14)]},
+        }
+    }
+
+
+class FakeRunner:
+    def __init__(self, failures: list[runner.Failure] | None = None, task: str = FACTS):
+        self.plans: list[Plan] = []
+        self.failures = failures or []
+        self.task = task
+
+    def __call__(self, plan: Plan, on_event: Any = None, **_: Any) -> runner.RunResult:
+        self.plans.append(plan)
+        if on_event is not None:
+            for h in NODES:
+                on_event(runner.RunnerEvent(runner.TASK, host=h, task=FANOUT))
+        bad = {f.host for f in self.failures}
+        results = {
+            self.task: {h: stage_facts(h) for h in NODES if h not in bad},
+            FANOUT: {h: {"counts": {"transferred": 6}, "bytes_moved": 1 << 30, "bytes_total": 1 << 30,
+                         "seconds": 2.0, "rate_mib_s": 512.0} for h in NODES[1:]},
+        }
+        return runner.RunResult(
+            plan=plan,
+            rc=2 if self.failures else 0,
+            status="failed" if self.failures else "successful",
+            stats={h: runner.HostStats(ok=9, failed=int(h in bad)) for h in NODES},
+            failures=list(self.failures),
+            artifact_dir=Path("/tmp/fake-run/artifacts/ansible"),
+            run_dir=Path("/tmp/fake-run"),
+            duration_s=3.0,
+            results=results,
+        )
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
+    f = FakeRunner()
+    monkeypatch.setattr(runner, "execute", f)
+    return f
+
+
+def test_stage_all_runs_the_stage_playbook(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+    res = run_cli("-i", str(example_copy), "stage")
+    assert res.code == EXIT_OK, res.err
+    (plan,) = fake.plans
+    assert plan.playbook == "stage.yml" and Path(plan.inventory) == example_copy
+    assert plan.extravars == {
+        "spark_stage_what": "all",
+        "spark_stage_verify_only": False,
+        "spark_stage_force": False,
+        "spark_stage_tp": 4,
+        "spark_stage_margin_gib": 8,
+    }
+    assert "spark-3" in res.out and "verified" in res.out
+
+
+def test_stage_options_become_role_variables(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+    res = run_cli("-i", str(example_copy), "stage", "engram", "--force", "--bwlimit", "200",
+                  "--stall-timeout", "30")
+    assert res.code == EXIT_OK, res.err
+    ev = fake.plans[0].extravars
+    assert (ev["spark_stage_what"], ev["spark_stage_force"]) == ("engram", True)
+    assert ev["spark_stage_bwlimit_mib_s"] == 200 and ev["spark_stage_stall_timeout_s"] == 30
+
+
+def test_stage_json_reports_each_node(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+    res = run_cli("-i", str(example_copy), "--json", "stage", "weights")
+    assert res.code == EXIT_OK, res.err
+    doc = json.loads(res.out)
+    assert doc["ok"] and doc["what"] == "weights"
+    assert doc["nodes"]["spark-2"]["engram"]["verified"] is True
+    assert doc["nodes"]["spark-2"]["transfer"]["bytes_moved"] == 1 << 30
+
+
+def test_verify_only_failure_names_node_and_file(
+    run_cli: Any, example_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    msg = "spark-1: /mnt/nvme/models/DeepSeek-V4.1-Flash/model-00002-of-00048.safetensors: SHA-256 ab… differs"
+    f = FakeRunner([runner.Failure("spark-1", VERIFY, msg)], task=VERIFY)
+    monkeypatch.setattr(runner, "execute", f)
+    res = run_cli("-i", str(example_copy), "stage", "--verify-only")
+    assert res.code == EXIT_FAILED
+    assert f.plans[0].extravars["spark_stage_verify_only"] is True
+    assert "spark-1" in res.err and "model-00002-of-00048.safetensors" in res.err
+
+
+def test_bad_inventory_exits_2_without_running(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+    hosts = example_copy / "hosts.yml"
+    hosts.write_text(hosts.read_text().replace("sparkctl_rank: 3", "sparkctl_rank: 1"))
+    res = run_cli("-i", str(example_copy), "stage")
+    assert res.code == EXIT_USAGE
+    assert fake.plans == []
+
+
+def test_unknown_what_is_a_usage_error(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+    res = run_cli("-i", str(example_copy), "stage", "everything")
+    assert res.code == EXIT_USAGE and fake.plans == []

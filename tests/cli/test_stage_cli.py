@@ -103,7 +103,7 @@ def test_stage_json_reports_each_node(run_cli: Any, example_copy: Path, fake: Fa
 def test_verify_only_failure_names_node_and_file(
     run_cli: Any, example_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    msg = "spark-1: /mnt/nvme/models/DeepSeek-V4.1-Flash/model-00002-of-00048.safetensors: SHA-256 ab… differs"
+    msg = "spark-1: /mnt/nvme/models/x/model-00002-of-00048.safetensors: SHA-256 ab… differs"
     f = FakeRunner([runner.Failure("spark-1", VERIFY, msg)], task=VERIFY)
     monkeypatch.setattr(runner, "execute", f)
     res = run_cli("-i", str(example_copy), "stage", "--verify-only")

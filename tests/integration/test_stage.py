@@ -89,9 +89,6 @@ def ckpt(lab: Any) -> dict[str, Any]:
     # Engram tables take about 2/3 of the bytes, two filler shards the rest.
     rows = int(mib * (1 << 20) * 2 / 3 / 2 / 264)
     ckdir = Path(lab.checkpoint_dir)
-    if ckdir.exists():
-        for p in ckdir.iterdir():
-            p.unlink()
     info = synth_checkpoint.write_checkpoint(ckdir, (rows, rows - 7), filler_shards=2, filler_mib=mib / 6)
     cluster = load_inventory(lab.inventory)
     for node in cluster.nodes:

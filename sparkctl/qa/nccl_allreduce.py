@@ -142,7 +142,7 @@ def verdict(
         raise ValueError(f"bus bandwidth must be a non-negative number, got {busbw}")
     if busbw >= expected_gbps:
         return "ok", f"{busbw:.1f} GB/s bus bandwidth, at or above the expected {expected_gbps:g} GB/s"
-    if busbw <= misconfigured_gbps * misconfigured_margin:
+    if busbw <= misconfigured_gbps * misconfigured_margin + 1e-9:  # 3.0 * 1.2 is 3.5999...96
         return "misconfigured", (
             f"{busbw:.1f} GB/s bus bandwidth, at or below the ~{misconfigured_gbps:g} GB/s of a "
             "misconfigured fabric: NCCL_IB_HCA must list both PCIe halves, MTU 9000 end to end, "

@@ -133,8 +133,8 @@ def bench_table(report: BenchReport) -> Table:
         row = [
             lvl.workload,
             str(lvl.concurrency),
-            _fmt(head["median"]),
-            f"{_fmt(head['min'], 1)}–{_fmt(head['max'], 1)}",
+            _fmt(head["median"]) if head else "[red]failed[/red]",
+            f"{_fmt(head['min'], 1)}–{_fmt(head['max'], 1)}" if head else "—",
         ]
         if report.has_published:
             row += [_fmt(lvl.published), f"{ratio:.2f}×" if ratio is not None else "—"]

@@ -165,7 +165,12 @@ class Batch:
 
     @property
     def errors(self) -> list[str]:
-        return [r.error for r in self.requests if r.error]
+        return [r.error or "incomplete response" for r in self.requests if not r.ok]
+
+    @property
+    def ok(self) -> bool:
+        """Every request of the batch completed; only such batches measure anything."""
+        return all(r.ok for r in self.requests)
 
     def headline(self) -> float:
         return self.decode_tps if self.concurrency == 1 else self.aggregate_tps
@@ -275,30 +280,40 @@ class LevelResult:
     def metric(self) -> str:
         return headline_metric(self.concurrency)
 
-    def headline(self) -> dict[str, float]:
-        return spread([b.headline() for b in self.batches])
+    @property
+    def measured(self) -> list[Batch]:
+        """Batches in which every request completed (a batch with a failed request measures nothing)."""
+        return [b for b in self.batches if b.ok]
+
+    def headline(self) -> dict[str, float] | None:
+        """min/median/max of the headline over the complete batches; None when there is none."""
+        return spread([b.headline() for b in self.measured]) if self.measured else None
 
     def ratio(self) -> float | None:
-        return self.headline()["median"] / self.published if self.published else None
+        head = self.headline()
+        return head["median"] / self.published if head and self.published else None
 
     def to_dict(self) -> dict[str, Any]:
-        reqs = [r for b in self.batches for r in b.requests if r.ok]
+        reqs = [r for b in self.measured for r in b.requests]
         ttft = [r.ttft for r in reqs]
         e2e = [r.e2e for r in reqs]
         ratio = self.ratio()
+        head = self.headline()
+
+        def rounded(values: list[float]) -> dict[str, float] | None:
+            return {k: round(v, 3) for k, v in spread(values).items()} if values else None
+
         return {
             "workload": self.workload,
             "concurrency": self.concurrency,
             "metric": self.metric,
-            "headline_tps": {k: round(v, 3) for k, v in self.headline().items()},
+            "headline_tps": {k: round(v, 3) for k, v in head.items()} if head else None,
             "published_tps": self.published,
             "ratio_to_published": round(ratio, 4) if ratio is not None else None,
-            "aggregate_tps": {
-                k: round(v, 3) for k, v in spread([b.aggregate_tps for b in self.batches]).items()
-            },
-            "decode_tps_per_stream": {
-                k: round(v, 3) for k, v in spread([b.decode_tps for b in self.batches]).items()
-            },
+            "measured_batches": len(self.measured),
+            "failed_batches": len(self.batches) - len(self.measured),
+            "aggregate_tps": rounded([b.aggregate_tps for b in self.measured]),
+            "decode_tps_per_stream": rounded([b.decode_tps for b in self.measured]),
             "ttft_s": {k: round(v, 4) for k, v in percentiles(ttft).items()} if ttft else None,
             "e2e_s": {k: round(v, 4) for k, v in percentiles(e2e).items()} if e2e else None,
             "short_requests": self.short_requests,

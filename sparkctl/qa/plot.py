@@ -28,9 +28,10 @@ def ladder_figure(report: BenchReport) -> Figure:
         levels: list[LevelResult] = [lvl for lvl in report.levels if lvl.workload == name]
         xs = list(range(len(levels)))
         width = 0.38
-        med = [lvl.headline()["median"] for lvl in levels]
-        low = [m - lvl.headline()["min"] for m, lvl in zip(med, levels, strict=True)]
-        high = [lvl.headline()["max"] - m for m, lvl in zip(med, levels, strict=True)]
+        heads = [lvl.headline() or {"min": 0.0, "median": 0.0, "max": 0.0} for lvl in levels]
+        med = [h["median"] for h in heads]
+        low = [h["median"] - h["min"] for h in heads]
+        high = [h["max"] - h["median"] for h in heads]
         has_pub = any(lvl.published is not None for lvl in levels)
         offset = width / 2 if has_pub else 0.0
         bars = ax.bar(
@@ -42,7 +43,10 @@ def ladder_figure(report: BenchReport) -> Figure:
             color=MEASURED,
             label=f"{where} (median, min–max of {report.repeats})",
         )
-        ax.bar_label(bars, labels=[f"{v:.1f}" for v in med], padding=3, fontsize=8)
+        labels = [
+            f"{h['median']:.1f}" if lvl.headline() else "failed" for h, lvl in zip(heads, levels, strict=True)
+        ]
+        ax.bar_label(bars, labels=labels, padding=3, fontsize=8)
         if has_pub:
             pub_vals = [lvl.published or 0.0 for lvl in levels]
             pbars = ax.bar([x + offset for x in xs], pub_vals, width, color=PUBLISHED, label="published")

@@ -99,3 +99,19 @@ def test_published_figures_come_from_the_profile() -> None:
     assert "rhys101" in (published.source(r4) or "")
     lab = profiles.load_profile("lab")
     assert published.bench_figures(lab) == {} and published.needle_points(lab) == []
+
+
+def test_a_batch_with_a_failed_request_measures_nothing() -> None:
+    good = Batch(2, [RequestTiming(0.0, 0.1, 2.1, 200, 9), RequestTiming(0.0, 0.1, 2.1, 200, 9)])
+    bad = Batch(
+        2, [RequestTiming(0.0, 0.1, 1.0, 200, 9), RequestTiming(0.0, None, 0.2, 0, 0, "503 lost node_rank 2")]
+    )
+    lvl = bench.LevelResult("coding", 2, [good, bad], published=100.0, max_tokens=200)
+    assert not bad.ok and bad.errors == ["503 lost node_rank 2"]
+    assert lvl.measured == [good]
+    data = lvl.to_dict()
+    assert data["headline_tps"]["median"] == pytest.approx(400 / 2.1, rel=1e-3)
+    assert (data["measured_batches"], data["failed_batches"]) == (1, 1)
+    failed = bench.LevelResult("coding", 2, [bad], published=100.0)
+    assert failed.headline() is None and failed.ratio() is None
+    assert failed.to_dict()["headline_tps"] is None and failed.to_dict()["ttft_s"] is None

@@ -52,3 +52,9 @@ def test_simulator_and_published_are_labelled() -> None:
     assert "SIMULATOR" not in fig.get_suptitle()
     assert "no published figures" in fig.get_suptitle()
     assert "measured (median" in _texts(fig)
+
+
+def test_a_failed_level_is_drawn_as_failed() -> None:
+    report = _report(simulator=True, with_published=False)
+    report.levels[0].batches = [Batch(1, [RequestTiming(0.0, None, 0.1, 0, 0, "503")])]
+    assert "failed" in _texts(plot.ladder_figure(report))

@@ -14,7 +14,7 @@ from sparkctl.errors import EXIT_FAILED, EXIT_OK
 
 if TYPE_CHECKING:
     from sparkctl.model.cluster import Cluster
-    from sparkctl.qa.bench import BenchReport
+    from sparkctl.qa.bench import BenchReport, LevelResult
     from sparkctl.qa.qualify import CheckResult, QualifyReport
 
 
@@ -106,6 +106,17 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+def _range(lvl: LevelResult) -> str:
+    """min–max of the complete batches, with how many of the batches run they are when some failed."""
+    head = lvl.headline()
+    if head is None:
+        return "—"
+    text = f"{_fmt(head['min'], 1)}–{_fmt(head['max'], 1)}"
+    if len(lvl.measured) < len(lvl.batches):
+        text += f" ({len(lvl.measured)}/{len(lvl.batches)})"
+    return text
+
+
 def bench_table(report: BenchReport) -> Table:
     """One row per (workload, C): the headline (C1 decode per stream, C>1 aggregate) beside the
     published figure, then latency percentiles. Numbers never wrap; prose columns do."""
@@ -134,7 +145,7 @@ def bench_table(report: BenchReport) -> Table:
             lvl.workload,
             str(lvl.concurrency),
             _fmt(head["median"]) if head else "[red]failed[/red]",
-            f"{_fmt(head['min'], 1)}–{_fmt(head['max'], 1)}" if head else "—",
+            _range(lvl),
         ]
         if report.has_published:
             row += [_fmt(lvl.published), f"{ratio:.2f}×" if ratio is not None else "—"]

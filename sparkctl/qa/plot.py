@@ -21,7 +21,7 @@ def ladder_figure(report: BenchReport) -> Figure:
     names = list(dict.fromkeys(lvl.workload for lvl in report.levels))
     if not names:
         raise ValueError("nothing was measured")
-    fig = Figure(figsize=(6.2 * len(names), 4.8))
+    fig = Figure(figsize=(max(8.0, 6.2 * len(names)), 4.8))
     axes = fig.subplots(1, len(names), squeeze=False)
     where = "simulator" if report.simulator else "measured"
     for ax, name in zip(axes[0], names, strict=True):
@@ -69,10 +69,13 @@ def ladder_figure(report: BenchReport) -> Figure:
     title = f"sparkctl bench — {report.model}"
     if report.profile:
         title += f" · profile {report.profile}"
+    notes = []
     if report.simulator:
-        title += " · SIMULATOR (not real hardware)"
+        notes.append("SIMULATOR (not real hardware)")
     if not report.has_published:
-        title += "\nno published figures for this profile"
+        notes.append("no published figures for this profile")
+    if notes:
+        title += "\n" + " · ".join(notes)
     fig.suptitle(title, fontsize=11)
     foot = "C1: (completion − 1) / (done − first token) · C>1: Σ completion / (last done − first sent)"
     if report.has_published and report.published_source:

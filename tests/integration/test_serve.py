@@ -45,7 +45,8 @@ def _rank_processes(lab: Lab, node: str) -> list[str]:
 @pytest.fixture(scope="module")
 def served(lab: Lab) -> Iterator[Lab]:
     """The lab provisioned and staged once for this module; every rank stopped at the end."""
-    _ok(lab.run_sparkctl("provision", timeout=900), "provision")
+    # What serving needs (the firewall and the switch have their own tests).
+    _ok(lab.run_sparkctl("provision", "--tags", "base,fabric,qos,runtime", timeout=900), "provision")
     _ok(lab.run_sparkctl("stage", timeout=900), "stage")
     yield lab
     lab.heal()
@@ -67,8 +68,11 @@ def test_up_reaches_ready_and_status_exits_0(served: Lab) -> None:
     for node in NODES:
         mode = served.ssh(node, "stat -c %a /etc/sparkctl/rank-secrets.yaml /etc/sparkctl/rank.env").stdout
         assert mode.split() == ["600", "600"]
-        leaked = served.ssh(node, f"grep -l -F -- '{key}' /proc/*/cmdline /etc/sparkctl/rank.env "
-                                  f"/etc/systemd/system/{UNIT} 2>/dev/null || true").stdout
+        leaked = served.ssh(
+            node,
+            f"grep -l -F -- '{key}' /proc/*/cmdline /etc/sparkctl/rank.env "
+            f"/etc/systemd/system/{UNIT} 2>/dev/null || true",
+        ).stdout
         assert leaked.strip() == "", f"{node}: API key found in {leaked}"
 
 
@@ -114,8 +118,13 @@ def test_memory_floor_above_the_lab_aborts_the_boot(served: Lab, tmp_path: Path)
         "env": {"SPARKCTL_SIM_HOLD_MIB": "1536"},
     }
     group_vars.write_text(yaml.safe_dump(doc, sort_keys=False))
-    up = subprocess.run([sys.executable, "-m", "sparkctl", "-i", str(site), "up"], capture_output=True,
-                        text=True, timeout=600, cwd=REPO)
+    up = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "-i", str(site), "up"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert up.returncode == 1, up.stdout + up.stderr
     assert "memory guard" in up.stderr, up.stderr
     assert set(_units(served).values()) <= {"inactive", "failed"}

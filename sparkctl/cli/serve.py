@@ -286,7 +286,14 @@ def up(
 
         try:
             _run_playbook(for_up(cluster), "installing and starting the rank units", verbose)
-        except SparkctlError:
+        except SparkctlError as exc:
+            failed_hosts = sorted({d.split(":", 1)[0] for d in exc.details} & set(fleet.targets))
+            for host in failed_hosts[:2]:
+                cmd = f"journalctl -u {gates.unit_name(doc)} -n 15 --no-pager -o short-iso 2>&1\n"
+                res = fleet.run({host: cmd}, timeout=15, only=[host])[host]
+                if res.reachable:
+                    exc.details += [f"log tail of {host}:"] + [f"    {ln}" for ln in res.stdout.splitlines()]
+            say("stopping every rank")
             _stop_all(cluster, verbose)
             raise
         run_dir = _new_run_dir("up")

@@ -30,6 +30,7 @@ import contextlib
 import hashlib
 import json
 import os
+import queue
 import shutil
 import socket
 import struct
@@ -364,6 +365,38 @@ def _hash_prefix(path: str, length: int, h: Any) -> None:
             left -= len(data)
 
 
+class Finalizer:
+    """Runs the end of each received file (fsync, rename, mark ready) in order, in the background.
+
+    So a node starts pulling the next file — and its downstream can follow it — while the
+    previous one is still being flushed to disk. ``drain`` waits and raises the first error.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self.errors: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                job()
+            except BaseException as exc:
+                self.errors.append(exc)
+
+    def submit(self, job: Callable[[], None]) -> None:
+        if self.errors:
+            raise TransferError(f"finishing a received file failed: {self.errors[0]}")
+        self._jobs.put(job)
+
+    def drain(self) -> None:
+        self._jobs.put(None)
+        self._thread.join()
+        if self.errors:
+            raise TransferError(f"finishing a received file failed: {self.errors[0]}")
+
+
 def fetch_file(
     root: str,
     rel: str,
@@ -375,11 +408,14 @@ def fetch_file(
     bwlimit: float = 0.0,
     connect_wait_s: float = 60.0,
     stall_s: float = 120.0,
+    finalizer: Finalizer | None = None,
+    on_final: Callable[[str], None] | None = None,
 ) -> str:
     """Pull one file into ``<rel>.partial``, hashing in-stream; rename it when the digest matches.
 
     Returns "transferred" or "resumed". Raises TransferError on a digest mismatch (the partial
     is deleted so the next attempt starts clean) or a broken connection (the partial is kept).
+    The fsync and rename run on ``finalizer`` when given (else here), then ``on_final(rel)``.
     """
     final = os.path.join(root, rel)
     part = final + mf.PARTIAL
@@ -410,14 +446,28 @@ def fetch_file(
                 server.mark_active(rel)
             progress.add(done=start)
             _receive(sock, fd, start, size, h, progress, bwlimit, rel, upstream)
+        except BaseException:
+            os.close(fd)
+            raise
+    digest = h.hexdigest()
+    if digest != sha256:
+        os.close(fd)
+        os.unlink(part)
+        raise TransferError(f"{rel}: SHA-256 of the received bytes {digest[:16]}… != manifest {sha256[:16]}…")
+
+    def finish() -> None:
+        try:
             os.fsync(fd)
         finally:
             os.close(fd)
-    digest = h.hexdigest()
-    if digest != sha256:
-        os.unlink(part)
-        raise TransferError(f"{rel}: SHA-256 of the received bytes {digest[:16]}… != manifest {sha256[:16]}…")
-    os.replace(part, final)
+        os.replace(part, final)  # only now, with the digest matched and the bytes on disk
+        if on_final is not None:
+            on_final(rel)
+
+    if finalizer is not None:
+        finalizer.submit(finish)
+    else:
+        finish()
     return "resumed" if start else "transferred"
 
 
@@ -620,6 +670,13 @@ def run_node(
         if missing and upstream is None:
             raise TransferError(f"{node} is the source but lacks {len(missing)} file(s), e.g. {missing[0]}")
         progress.set(state="receiving" if missing else "serving")
+
+        def on_final(rel: str) -> None:
+            progress.set(files_done=progress.files_done + 1)
+            if server is not None:
+                server.mark_ready(rel)
+
+        finalizer = Finalizer()
         for rel in missing:
             e = files[rel]
             progress.set(current=rel)
@@ -636,6 +693,8 @@ def run_node(
                         bwlimit,
                         connect_wait_s,
                         stall_s,
+                        finalizer,
+                        on_final,
                     )
                     break
                 except (TransferError, OSError) as exc:  # OSError: a reset or a receive timeout
@@ -651,9 +710,7 @@ def run_node(
                             int(files[r]["size"]) for r, a in todo.items() if a != "fetch"
                         )
                     time.sleep(1.0)
-            progress.set(files_done=progress.files_done + 1)
-            if server is not None:
-                server.mark_ready(rel)
+        finalizer.drain()  # every received file fsynced and renamed
         # The node's own manifest: the expected digests with local modification times.
         local = {
             "version": mf.VERSION,

@@ -233,6 +233,19 @@ def close_masters(cp_dir: Path) -> int:
     return closed
 
 
+def _useful_line(text: Any) -> str | None:
+    """The line of a command's stderr that says what went wrong (an error line, not a caret marker)."""
+    if not isinstance(text, str):
+        return None
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and ln.strip().strip("^~ ")]
+    if not lines:
+        return None
+    for ln in lines:
+        if "error" in ln.lower():
+            return ln
+    return lines[-1]
+
+
 def _message(res: dict[str, Any]) -> str:
     """The most useful one-line reason from a failed/unreachable result."""
     for key in ("msg", "stderr", "reason", "stdout", "module_stderr", "module_stdout"):
@@ -241,9 +254,9 @@ def _message(res: dict[str, Any]) -> str:
             lines = [ln.strip() for ln in val.strip().splitlines() if ln.strip()]
             text = " | ".join(lines[-3:]) if key != "msg" else " ".join(lines)
             if key == "msg" and len(text) < 40:
-                extra = res.get("stderr") or res.get("module_stderr")
-                if isinstance(extra, str) and extra.strip():
-                    text += ": " + extra.strip().splitlines()[-1]
+                extra = _useful_line(res.get("stderr") or res.get("module_stderr"))
+                if extra:
+                    text += ": " + extra
             return text[:600]
     if res.get("results"):  # loop results: first failed item
         for item in res["results"]:

@@ -27,6 +27,13 @@ def run_argv(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
 
 
+def _skip_if_shared(lab: Lab) -> None:
+    if lab.in_use_by_another_session():
+        pytest.skip(
+            "another test session is using the lab right now; this test would break it under that session"
+        )
+
+
 def test_hostname_over_ssh_with_the_written_config(lab: Lab) -> None:
     proc = run_argv(["ssh", "-F", str(lab.ssh_config), "spark-2", "hostname"])
     assert proc.returncode == 0, proc.stderr
@@ -109,14 +116,22 @@ def test_ansible_reaches_every_host_with_the_inventory(lab: Lab, tmp_path: Path)
     assert proc.stdout.count("SUCCESS") == 5
 
 
+@pytest.fixture
+def own_lab(lab: Lab) -> Lab:
+    """The lab, for tests that break it on purpose: skipped while another session shares it."""
+    _skip_if_shared(lab)
+    return lab
+
+
 def _link_state(lab: Lab, node: str, dev: str) -> tuple[int, list[str]]:
     data = json.loads(lab.exec(node, "ip", "-j", "addr", "show", "dev", dev).stdout)[0]
     return int(data["mtu"]), [f"{a['local']}/{a['prefixlen']}" for a in data.get("addr_info", [])]
 
 
 @pytest.fixture
-def jumbo_pair(lab: Lab) -> Iterator[tuple[str, str]]:
+def jumbo_pair(own_lab: Lab) -> Iterator[tuple[str, str]]:
     """spark-0 and spark-1 with half A at MTU 9000 and its fabric address; restored afterwards."""
+    lab = own_lab
     saved = {n: _link_state(lab, n, HALF_A) for n in ("spark-0", "spark-1")}
     for node in saved:
         lab.exec(node, "ip", "link", "set", HALF_A, "mtu", "9000")
@@ -152,7 +167,8 @@ def test_cut_fabric_cable_keeps_management(lab: Lab, jumbo_pair: tuple[str, str]
     assert _ping(lab, "spark-0", dst, 56)
 
 
-def test_power_off_and_on_gives_a_new_boot(lab: Lab) -> None:
+def test_power_off_and_on_gives_a_new_boot(own_lab: Lab) -> None:
+    lab = own_lab
     boot_before = lab.ssh("spark-3", "cat /proc/sys/kernel/random/boot_id").stdout.strip()
     lab.ssh("spark-3", "echo persisted > /mnt/nvme/marker && echo upper > /root/marker")
     with lab.powered_off("spark-3"):
@@ -167,7 +183,8 @@ def test_power_off_and_on_gives_a_new_boot(lab: Lab) -> None:
     lab.ssh("spark-3", "rm -f /mnt/nvme/marker /root/marker")
 
 
-def test_fill_nvme_leaves_the_requested_free_space(lab: Lab) -> None:
+def test_fill_nvme_leaves_the_requested_free_space(own_lab: Lab) -> None:
+    lab = own_lab
     if not lab.nvme_gib:
         pytest.skip("the lab runs without size-limited NVMe (SPARKCTL_LAB_NVME_GIB=0)")
     with lab.nvme_filled("spark-2", free_mib=64):
@@ -203,11 +220,6 @@ def test_exec_passes_the_exit_code_and_rejects_unknown_machines(lab: Lab) -> Non
     bad = lab.run_sparkctl("lab", "exec", "spark-9", "--", "true")
     assert bad.returncode == 2 and "unknown lab machine" in bad.stderr
     assert lab.run_sparkctl("lab", "mtu", "s9a", "1500").returncode == 2
-
-
-def _skip_if_shared(lab: Lab) -> None:
-    if lab.in_use_by_another_session():
-        pytest.skip("another test session is using the lab right now; not taking it down under it")
 
 
 @pytest.mark.lab_last

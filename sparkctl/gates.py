@@ -692,6 +692,7 @@ class BootWatch:
                 ans = get(self.http, f"{base_url(self.cluster, nodes[name])}/health", timeout)
                 if ans.ok:
                     rows[name].phases["health"] = OK
+                    rows[name].note = ""
                 else:
                     rows[name].note = f"/health {ans.code or ans.error}"
             return all(rows[n].phases["health"] == OK for n in workers)

@@ -1,0 +1,161 @@
+"""The node-side Ansible modules, run through Ansible itself (AnsiballZ packing, the module_utils
+symlink to sparkctl/stage included), against temp dirs on this machine: check mode, refusals,
+and the failure messages that name the node and the file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+import synth_checkpoint
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE = Path(sys.executable).parent / "ansible"
+
+pytestmark = pytest.mark.skipif(not ANSIBLE.exists(), reason="ansible is not installed next to this python")
+
+
+def module(name: str, args: dict[str, Any], check: bool = False) -> tuple[bool, dict[str, Any]]:
+    """Run one module on localhost; (failed, result)."""
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_LIBRARY": str(REPO / "roles" / "spark_stage" / "library"),
+        "ANSIBLE_MODULE_UTILS": str(REPO / "roles" / "spark_stage" / "module_utils"),
+        "ANSIBLE_VARS_ENABLED": "host_group_vars",
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.minimal",
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    argv = [
+        str(ANSIBLE),
+        "localhost",
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        "-m",
+        name,
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "-a",
+        json.dumps(args),
+    ]
+    if check:
+        argv.append("--check")
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, timeout=180)
+    head, sep, body = proc.stdout.partition(" => ")
+    assert sep, proc.stdout + proc.stderr
+    res = json.loads(body)
+    return "FAILED" in head or bool(res.get("failed")), res
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("m") / "model"
+    synth_checkpoint.write_checkpoint(out, engram_rows=(3001, 2999), filler_mib=0.25)
+    return out
+
+
+def test_source_builds_the_manifest_and_lists_what_a_node_lacks(ckpt: Path, tmp_path: Path) -> None:
+    failed, res = module("spark_stage_source", {"model_dir": str(ckpt)})
+    assert not failed, res
+    names = [e["path"] for e in res["manifest"]["files"]]
+    assert "config.json" in names and "model.safetensors.index.json" in names
+    assert [(e["layer"], e["rows"]) for e in res["engram"]] == [(1, 3001), (14, 2999)]
+    assert (ckpt / ".sparkctl-manifest.json").exists()
+    other = tmp_path / "node"
+    other.mkdir()
+    shutil.copy(ckpt / "config.json", other / "config.json")
+    failed, diff = module("spark_stage_source", {"model_dir": str(other), "expected": res["manifest"]})
+    assert not failed and set(diff["missing"]) == set(names)  # config.json unconfirmed: no manifest here
+
+
+def test_pack_check_mode_writes_nothing_then_packs_and_keeps(ckpt: Path, tmp_path: Path) -> None:
+    out = tmp_path / "engram"
+    args = {
+        "node": "spark-2",
+        "model_dir": str(ckpt),
+        "engram_dir": str(out),
+        "rank": 2,
+        "tp": 4,
+        "margin_gib": 0,
+    }
+    failed, res = module("spark_stage_pack", args, check=True)
+    assert not failed and res["changed"] and not out.exists()
+    failed, res = module("spark_stage_pack", args)
+    assert not failed and res["changed"] and res["verified"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "engram-l1-r2of4.bin",
+        "engram-l14-r2of4.bin",
+        "manifest-r2of4.json",
+    ]
+    failed, res = module("spark_stage_pack", args)
+    assert not failed and not res["changed"]
+
+
+def test_pack_refuses_leftovers_naming_them(ckpt: Path, tmp_path: Path) -> None:
+    (tmp_path / "engram-l1-r0of4.bin.partial").write_bytes(b"x")
+    args = {
+        "node": "spark-0",
+        "model_dir": str(ckpt),
+        "engram_dir": str(tmp_path),
+        "rank": 0,
+        "tp": 4,
+        "margin_gib": 0,
+    }
+    failed, res = module("spark_stage_pack", args)
+    assert failed and res["msg"].startswith("spark-0: ") and "engram-l1-r0of4.bin.partial" in res["msg"]
+    failed, res = module("spark_stage_pack", {**args, "force": True})
+    assert not failed and res["verified"]
+
+
+def test_preflight_names_node_needed_and_free(ckpt: Path, tmp_path: Path) -> None:
+    _, src = module("spark_stage_source", {"model_dir": str(ckpt)})
+    args = {
+        "node": "spark-3",
+        "model_dir": str(tmp_path / "model"),
+        "engram_dir": str(tmp_path / "engram"),
+        "expected": src["manifest"],
+        "engram": src["engram"],
+        "rank": 3,
+        "tp": 4,
+    }
+    failed, res = module("spark_stage_preflight", {**args, "margin_gib": 0})
+    assert not failed and res["checkpoint_bytes"] == src["manifest"]["total_bytes"]
+    failed, res = module("spark_stage_preflight", {**args, "margin_gib": 1 << 30})
+    assert failed and res["msg"].startswith("spark-3: not enough space") and "GiB free" in res["msg"]
+    assert not (tmp_path / "model").exists()
+
+
+def test_verify_names_a_flipped_byte_and_reports_a_summary(ckpt: Path, tmp_path: Path) -> None:
+    node = tmp_path / "model"
+    shutil.copytree(ckpt, node)
+    engram = tmp_path / "engram"
+    module(
+        "spark_stage_pack",
+        {"model_dir": str(node), "engram_dir": str(engram), "rank": 0, "tp": 4, "margin_gib": 0},
+    )
+    base = {"node": "spark-1", "model_dir": str(node), "engram_dir": str(engram), "rank": 0, "tp": 4}
+    failed, res = module("spark_stage_verify", {**base, "depth": "full"})
+    assert not failed and res["stage"]["ok"] and res["stage"]["engram"]["verified"], res
+    shard = node / "model-00001-of-00004.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0x40
+    shard.write_bytes(bytes(data))
+    failed, res = module("spark_stage_verify", {**base, "depth": "full", "what": "weights"}, check=True)
+    assert (
+        failed
+        and res["msg"].startswith("spark-1: ")
+        and "model-00001-of-00004.safetensors: SHA-256" in res["msg"]
+    )
+    failed, res = module("spark_stage_verify", {**base, "fail_on_problems": False})
+    assert not failed and res["stage"]["weights"]["verified"] is False and not res["changed"]

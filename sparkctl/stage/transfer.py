@@ -113,7 +113,9 @@ _PROGRESS_FIELDS = (
 )
 
 
-class _Ticker(threading.Thread):
+class Ticker(threading.Thread):
+    """Rewrites a Progress file every ``every`` seconds until ``stop`` is set."""
+
     def __init__(self, progress: Progress, every: float = 0.5):
         super().__init__(daemon=True)
         self.progress, self.every, self.stop = progress, every, threading.Event()
@@ -634,7 +636,7 @@ def run_node(
     if progress_path:
         os.makedirs(os.path.dirname(progress_path), exist_ok=True)
     progress.set(state="checking")
-    ticker = _Ticker(progress)
+    ticker = Ticker(progress)
     ticker.start()
     result = NodeResult(node, bytes_total=progress.bytes_total)
     server = None

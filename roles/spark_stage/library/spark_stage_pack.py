@@ -26,11 +26,12 @@ options:
   force: {type: bool, default: false, description: Delete leftovers instead of refusing.}
   margin_gib: {type: float, default: 8, description: Free space that must remain afterwards.}
   block_rows: {type: int, default: 65536, description: Rows per I/O block (65536 rows = 16.5 MiB).}
+  progress_path: {type: path, default: "", description: Where to write progress JSON for the controller's bars (empty = none).}
 author: sparkctl
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sparkctl_stage import dsv41en1
+from ansible.module_utils.sparkctl_stage import dsv41en1, transfer
 
 
 def main():
@@ -45,17 +46,38 @@ def main():
             force=dict(type="bool", default=False),
             margin_gib=dict(type="float", default=8.0),
             block_rows=dict(type="int", default=dsv41en1.DEFAULT_BLOCK_ROWS),
+            progress_path=dict(type="path", default=""),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    progress = ticker = None
+    if p["progress_path"] and not module.check_mode:
+        total = 0
+        try:
+            for src in dsv41en1.locate(p["model_dir"], p["layers"]):
+                lo, hi = dsv41en1.row_range(src.rows, p["rank"], p["tp"])
+                total += (hi - lo) * dsv41en1.ROW_BYTES
+        except (dsv41en1.FormatError, OSError, ValueError):
+            total = 0
+        progress = transfer.Progress(p["node"], bytes_total=total, state="packing", path=p["progress_path"])
+        ticker = transfer.Ticker(progress)
+        ticker.start()
     try:
         res = dsv41en1.pack_rank(
             p["model_dir"], p["engram_dir"], p["rank"], p["tp"], p["layers"], force=p["force"],
             check_mode=module.check_mode, margin_bytes=int(p["margin_gib"] * (1 << 30)), block_rows=p["block_rows"],
+            on_progress=(lambda n: progress.add(done=n)) if progress is not None else None,
         )
     except (dsv41en1.FormatError, OSError, ValueError) as exc:
+        if progress is not None:
+            progress.set(state="failed", error=str(exc))
         module.fail_json(msg=f"{p['node']}: {exc}")
+    finally:
+        if ticker is not None:
+            ticker.stop.set()
+    if progress is not None:
+        progress.set(state="done", bytes_done=progress.bytes_total)
     out = res.as_dict()
     if res.seconds and res.bytes_written:
         out["rate_mib_s"] = round(res.bytes_written / (1 << 20) / res.seconds, 1)

@@ -14,11 +14,12 @@ help:
 	@echo "make lint   - ruff, mypy, yamllint, ansible-lint (production profile)"
 	@echo "make bench  - benchmarks under bench/ (ratios against in-run baselines)"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml collections/requirements.yml
 	@command -v $(PY) >/dev/null || { echo "python3 is required"; exit 2; }
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/python collections/install.py
 	touch $(STAMP)
 
 venv: $(STAMP)

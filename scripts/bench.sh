@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark under bench/, each printing ratios against a baseline measured in
+# the same run. The lab benchmarks bring the lab up themselves when needed (root). Results land in
+# results/bench-<time>/<name>.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="results/bench-$(date +%Y%m%d-%H%M%S)"
+mkdir -p "$out"
+rc=0
+run() {
+  local name=$1; shift
+  printf '\n\033[1m== %s\033[0m  (%s)\n' "$name" "$*"
+  if ! "$@" 2>&1 | tee "$out/$name.txt"; then
+    echo "⨯ $name failed"; rc=1
+  fi
+}
+run stage-local  python bench/stage_bench.py
+if [ "$(id -u)" = 0 ]; then
+  run lab-updown   python bench/lab_updown.py --runs 2
+  sparkctl lab up >/dev/null
+  run provision    python bench/provision_bench.py --keep-lab
+  run stage-lab    python bench/stage_bench.py --lab
+  run status       python bench/status_bench.py -i inventory/lab -n 5
+  run up-overhead  python bench/up_overhead.py -i inventory/lab -n 3
+else
+  echo "(not root: the lab benchmarks are skipped)"
+fi
+echo; echo "results: $out"
+exit $rc

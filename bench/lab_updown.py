@@ -62,9 +62,18 @@ def main() -> int:
     ap.add_argument("--rebuild", action="store_true", help="also time a fresh rootfs build (temporary cache)")
     ap.add_argument("--leave-up", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--force", action="store_true", help="run even while a test session uses the lab")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("run as root (the lab needs namespaces, bridges and mounts)", file=sys.stderr)
+        return 2
+    users_dir = Path("/run/sparkctl-lab.users")  # live pytest sessions (tests/integration/conftest.py)
+    users = [f.name for f in users_dir.glob("*") if f.name.isdigit() and Path(f"/proc/{f.name}").exists()]
+    if users and not args.force:
+        print(
+            f"test sessions {', '.join(users)} use the lab; this benchmark takes it down (--force)",
+            file=sys.stderr,
+        )
         return 2
 
     from sparkctl.lab import control, host, rootfs, state, topology

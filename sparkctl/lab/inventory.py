@@ -158,8 +158,16 @@ def ssh_config_text(inv: LabInventory) -> str:
     return "\n".join(out)
 
 
+class _IndentedDumper(yaml.SafeDumper):
+    """Block sequences indented under their key, as yamllint (and inventory/example) has them."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+
 def _yaml(doc: dict[str, Any]) -> str:
-    return _HEADER + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=200)
+    body = yaml.dump(doc, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False, width=200)
+    return _HEADER + body
 
 
 def render_files(inv: LabInventory) -> dict[str, str]:

@@ -122,3 +122,22 @@ def test_the_model_accepts_the_lab_inventory(lab_inv: lab_inventory.LabInventory
     assert cluster.mgmt.interface == "enP7s7"
     assert cluster.switch is not None and cluster.switch.type == "linux"
     assert cluster.nodes[3].nvme_gib == 2
+
+
+def test_written_yaml_passes_the_repository_yamllint(lab_inv: lab_inventory.LabInventory) -> None:
+    pytest.importorskip("yamllint")
+    import subprocess
+    import sys
+
+    lab_inventory.write(lab_inv)
+    files = [
+        str(lab_inv.inventory_dir / "hosts.yml"),
+        str(lab_inv.inventory_dir / "group_vars/all/sparkctl.yml"),
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "yamllint", "-c", str(REPO / ".yamllint"), *files],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout

@@ -166,7 +166,7 @@ class _IndentedDumper(yaml.SafeDumper):
 
 
 def _yaml(doc: dict[str, Any]) -> str:
-    body = yaml.dump(doc, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False, width=200)
+    body = yaml.dump(doc, Dumper=_IndentedDumper, sort_keys=False, default_flow_style=False, width=100)
     return _HEADER + body
 
 

@@ -91,6 +91,7 @@ def main() -> int:
     wall, changed = via_runner("first run")
     first = "first run (sparkctl)" if not args.keep_lab else "first run (sparkctl, lab kept: not fresh)"
     results[first] = {"wall_s": wall, "changed": changed}
+    print(f"measured {first}: {wall:.1f}s, {changed} changed", flush=True)
 
     def median(fn: Callable[..., tuple[float, int]], *a: str) -> tuple[float, int]:
         runs = [fn(*a) for _ in range(max(1, args.repeat))]
@@ -103,6 +104,7 @@ def main() -> int:
     ):
         wall, changed = median(fn, label, *extra)
         results[label] = {"wall_s": wall, "changed": changed}
+        print(f"measured {label}: {wall:.1f}s, {changed} changed", flush=True)
 
     base = results["no-op re-run (sparkctl)"]["wall_s"]
     print(f"{'run':40} {'wall s':>8} {'changed':>8} {'× no-op':>8}")

@@ -22,6 +22,7 @@ import argparse
 import json
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -92,7 +93,7 @@ print(m["total_bytes"])
 """
 
 PACK = r"""
-import json, os, sys, time
+import json, os, shutil, sys, time
 sys.path.insert(0, sys.argv[1])
 from sparkctl_stage import dsv41en1 as d
 model, out, rank, tp = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
@@ -114,6 +115,7 @@ for s in srcs:
 os.fsync(fd); os.close(fd)
 seq_s = time.monotonic() - t0
 os.unlink(os.path.join(out, "seq.bin"))
+shutil.rmtree(os.path.join(out, "engram"), ignore_errors=True)   # pack from scratch every time
 t0 = time.monotonic()
 res = d.pack_rank(model, os.path.join(out, "engram"), rank, tp, margin_bytes=0, force=True)
 pack_s = time.monotonic() - t0
@@ -183,7 +185,9 @@ def lab_hosts(n: int) -> list[Host]:
     return hosts
 
 
-def bench(hosts: list[Host], mib: float, local_synth: bool, fanout_bwlimit: float = 0.0) -> dict[str, Any]:
+def bench(
+    hosts: list[Host], mib: float, local_synth: bool, fanout_bwlimit: float = 0.0, repeat: int = 3
+) -> dict[str, Any]:
     head = hosts[0]
     for h in hosts:
         h.run(["sh", "-c", f"rm -rf {shlex.quote(h.workdir)} && mkdir -p {shlex.quote(h.workdir)}"])
@@ -202,28 +206,35 @@ def bench(hosts: list[Host], mib: float, local_synth: bool, fanout_bwlimit: floa
     files = sorted(json.loads(head.run(["cat", mpath]))["files"], key=lambda e: e["path"])
     out: dict[str, Any] = {"bytes": total, "hosts": [h.name for h in hosts]}
 
-    # 1. raw copy vs staging, head -> hosts[1]
+    # 1. raw copy vs staging, head -> hosts[1]; interleaved pairs, medians (the host may be shared)
     peer = hosts[1]
-    recv = peer.start(peer.py(RAW_RECV, peer.address, str(PORT), f"{peer.workdir}/raw.bin"))
-    time.sleep(0.5)
-    send = head.start(head.py(RAW_SEND, peer.address, str(PORT), *[f"{src}/{e['path']}" for e in files]))
-    finish(send, "raw sender")
-    raw_bytes, raw_s = finish(recv, "raw receiver").split()
-    peer.run(["rm", "-f", f"{peer.workdir}/raw.bin"])
-    one_s = run_chain(hosts[:2], mpath, src)
+    raw_rates, stage_rates = [], []
+    for _ in range(repeat):
+        recv = peer.start(peer.py(RAW_RECV, peer.address, str(PORT), f"{peer.workdir}/raw.bin"))
+        time.sleep(0.5)
+        send = head.start(head.py(RAW_SEND, peer.address, str(PORT), *[f"{src}/{e['path']}" for e in files]))
+        finish(send, "raw sender")
+        raw_bytes, raw_s = finish(recv, "raw receiver").split()
+        peer.run(["rm", "-f", f"{peer.workdir}/raw.bin"])
+        raw_rates.append(int(raw_bytes) / (1 << 20) / float(raw_s))
+        one_s = run_chain(hosts[:2], mpath, src)
+        stage_rates.append(total / (1 << 20) / one_s)
     out["transfer"] = {
-        "raw_mib_s": round(int(raw_bytes) / (1 << 20) / float(raw_s), 1),
-        "stage_mib_s": round(total / (1 << 20) / one_s, 1),
+        "raw_mib_s": round(statistics.median(raw_rates), 1),
+        "stage_mib_s": round(statistics.median(stage_rates), 1),
+        "pair_ratios": [round(b / a, 3) for a, b in zip(raw_rates, stage_rates, strict=True)],
     }
     out["transfer"]["ratio"] = round(out["transfer"]["stage_mib_s"] / out["transfer"]["raw_mib_s"], 3)
 
     # 3. chain to every host vs to one
     if len(hosts) > 2:
-        if fanout_bwlimit:
+        ones, alls = [], []
+        for _ in range(repeat):
             # Every "link" of the lab shares this machine's CPUs, so uncapped the chain measures
             # CPU, not pipelining; a per-node cap makes each hop link-bound, as on real nodes.
-            one_s = run_chain(hosts[:2], mpath, src, fanout_bwlimit)
-        n_s = run_chain(hosts, mpath, src, fanout_bwlimit)
+            ones.append(run_chain(hosts[:2], mpath, src, fanout_bwlimit))
+            alls.append(run_chain(hosts, mpath, src, fanout_bwlimit))
+        one_s, n_s = statistics.median(ones), statistics.median(alls)
         out["fanout"] = {
             "bwlimit_mib_s": fanout_bwlimit,
             "nodes": len(hosts) - 1,
@@ -233,10 +244,15 @@ def bench(hosts: list[Host], mib: float, local_synth: bool, fanout_bwlimit: floa
         }
 
     # 2. packing vs sequential read + write of the same bytes (on the head's local checkpoint)
-    res = json.loads(head.run(head.py(PACK, head.code, src, head.workdir, "1", "4")))
+    seq_rates, pack_rates = [], []
+    for _ in range(repeat):
+        res = json.loads(head.run(head.py(PACK, head.code, src, head.workdir, "1", "4")))
+        seq_rates.append(res["seq_bytes"] / (1 << 20) / res["seq_s"])
+        pack_rates.append(res["bytes"] / (1 << 20) / res["pack_s"])
     out["packing"] = {
-        "seq_mib_s": round(res["seq_bytes"] / (1 << 20) / res["seq_s"], 1),
-        "pack_mib_s": round(res["bytes"] / (1 << 20) / res["pack_s"], 1),
+        "seq_mib_s": round(statistics.median(seq_rates), 1),
+        "pack_mib_s": round(statistics.median(pack_rates), 1),
+        "pair_ratios": [round(b / a, 3) for a, b in zip(seq_rates, pack_rates, strict=True)],
     }
     out["packing"]["ratio"] = round(out["packing"]["pack_mib_s"] / out["packing"]["seq_mib_s"], 3)
     for h in hosts:
@@ -281,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="cap each node's receive rate (MiB/s) in the fan-out comparison (0 = none)",
     )
+    ap.add_argument("--repeat", type=int, default=3, help="measurement pairs per comparison (medians)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     tmp = None
@@ -290,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tempfile.mkdtemp(prefix="stage-bench-"))
         hosts = local_hosts(args.nodes, tmp)
     try:
-        res = bench(hosts, args.mib, local_synth=not args.lab, fanout_bwlimit=args.fanout_bwlimit)
+        res = bench(
+            hosts, args.mib, local_synth=not args.lab, fanout_bwlimit=args.fanout_bwlimit, repeat=args.repeat
+        )
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

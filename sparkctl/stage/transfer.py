@@ -561,6 +561,7 @@ def link_or_copy(src: str, dst: str, sha256: str, progress: Progress) -> str:
     except OSError:
         pass
     shutil.copyfile(src, part)
+    shutil.copystat(src, part)  # same mtime as the source: a re-run recognises the copy by stat
     if mf.file_sha256(part) != sha256:
         os.unlink(part)
         raise TransferError(f"{src}: local copy does not match its manifest digest")

@@ -55,9 +55,11 @@ def _from_dir(module, src, model_dir):
         s, d = os.path.join(src, rel), os.path.join(model_dir, rel)
         if os.path.exists(d) and os.path.samefile(s, d):
             continue
-        if os.path.exists(d) and os.path.getsize(d) == os.path.getsize(s) \
-                and manifest.file_sha256(d) == manifest.file_sha256(s):
-            continue
+        if os.path.exists(d):
+            st_s, st_d = os.stat(s), os.stat(d)
+            # copies keep the source's mtime (link_or_copy), so size + mtime identify them cheaply
+            if st_s.st_size == st_d.st_size and st_s.st_mtime_ns == st_d.st_mtime_ns:
+                continue
         if module.check_mode:
             actions.append(f"would stage {rel}")
             continue

@@ -281,6 +281,17 @@ def other_lab_users() -> list[int]:
     return others
 
 
+def _default_checkpoint(ckdir: Path) -> None:
+    """The lab's synthetic checkpoint (what `stage` copies from the controller), the same one
+    test_stage generates by default; an identical existing one is kept as it is."""
+    sys.path.insert(0, str(REPO / "tests" / "fixtures"))
+    import synth_checkpoint
+
+    mib = float(os.environ.get("SPARKCTL_STAGE_TEST_MIB", "160"))
+    rows = int(mib * (1 << 20) * 2 / 3 / 2 / 264)
+    synth_checkpoint.write_checkpoint(ckdir, (rows, rows - 7), filler_shards=2, filler_mib=mib / 6)
+
+
 @pytest.fixture(scope="session")
 def lab() -> Iterator[Lab]:
     """The lab, up for the whole session. A fresh one (down, then up: a crashed earlier run is
@@ -309,6 +320,7 @@ def lab() -> Iterator[Lab]:
     st = state.load()
     gibs = {st.machines[n].nvme_gib for n in topology.node_names() if st and n in st.machines}
     handle = Lab(inventory=LAB_INVENTORY, nvme_gib=gibs.pop() if len(gibs) == 1 else None)
+    _default_checkpoint(handle.checkpoint_dir)
     try:
         yield handle
     finally:

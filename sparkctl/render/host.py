@@ -167,7 +167,8 @@ table inet sparkctl {{
         ct state invalid drop
         iif "lo" accept
         meta l4proto icmp accept
-        meta l4proto ipv6-icmp accept
+        # ICMPv6 by number: minimal hosts have no /etc/protocols to resolve its name.
+        meta l4proto 58 accept
         # SSH from the management subnet only.
         ip saddr {cluster.mgmt.subnet} tcp dport 22 accept
         # The OpenAI API (rank 0) and every rank's /health.

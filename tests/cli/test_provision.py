@@ -238,7 +238,7 @@ def test_check_fabric_hardware_pass(run_cli: Any, example_copy: Path, fake: Fake
     assert res.code == EXIT_OK, res.out
     doc = json.loads(res.out)
     assert any("lossless under load: no discards" in p for p in doc["passed"])
-    assert any("NCCL all-reduce bus bandwidth 21.5 GB/s" in p for p in doc["passed"])
+    assert any("NCCL all-reduce: ok: 21.5 GB/s bus bandwidth" in p for p in doc["passed"])
     assert doc["skipped"] == []
 
 

@@ -44,7 +44,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    last = [it for it in items if it.get_closest_marker("lab_last")]
+    # The lab's own teardown checks (test_lab.py) go very last: they take the lab down.
+    last = sorted(
+        (it for it in items if it.get_closest_marker("lab_last")),
+        key=lambda it: it.path.name == "test_lab.py",
+    )
     if last:
         items[:] = [it for it in items if not it.get_closest_marker("lab_last")] + last
 

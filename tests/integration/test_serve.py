@@ -68,17 +68,23 @@ def test_up_reaches_ready_and_status_exits_0(served: Lab) -> None:
     for node in NODES:
         mode = served.ssh(node, "stat -c %a /etc/sparkctl/rank-secrets.yaml /etc/sparkctl/rank.env").stdout
         assert mode.split() == ["600", "600"]
-        leaked = served.ssh(
-            node,
-            f"grep -l -F -- '{key}' /proc/*/cmdline /etc/sparkctl/rank.env "
-            f"/etc/systemd/system/{UNIT} 2>/dev/null || true",
+        # The key travels on stdin into a 0600 pattern file, so the search itself never puts it in argv.
+        search = (
+            "umask 077; cat > /run/leak-pattern; "
+            f"grep -l -F -f /run/leak-pattern /proc/[0-9]*/cmdline /etc/sparkctl/rank.env "
+            f"/etc/systemd/system/{UNIT} 2>/dev/null; rm -f /run/leak-pattern; true"
+        )
+        leaked = subprocess.run(
+            ["ssh", "-F", str(served.ssh_config), node, search],
+            input=key + "\n", capture_output=True, text=True, timeout=60, check=True,
         ).stdout
         assert leaked.strip() == "", f"{node}: API key found in {leaked}"
 
 
 def test_killed_rank_turns_status_degraded_and_up_heals(served: Lab) -> None:
     _ok(served.run_sparkctl("up"), "up")
-    served.ssh("spark-2", f"systemctl kill --signal=SIGKILL {UNIT}")
+    # SIGKILL the rank's process (systemd's own `kill` cannot signal a cgroup-v1 scope inside nspawn).
+    served.ssh("spark-2", f"kill -9 $(systemctl show -p MainPID --value {UNIT})")
     deadline = time.monotonic() + 5.0
     while True:
         status = served.run_sparkctl("status", json_out=True)
@@ -115,7 +121,7 @@ def test_memory_floor_above_the_lab_aborts_the_boot(served: Lab, tmp_path: Path)
     doc = yaml.safe_load(group_vars.read_text())
     doc["sparkctl_profile_overrides"] = {
         "memory": {"floor_gib": floor, "unified_gib": round(floor + 8, 2)},
-        "env": {"SPARKCTL_SIM_HOLD_MIB": "1536"},
+        "simulator": {"hold_mem_mib": 1536},
     }
     group_vars.write_text(yaml.safe_dump(doc, sort_keys=False))
     up = subprocess.run(

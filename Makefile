@@ -45,8 +45,9 @@ apt:
 	fi
 
 lint: venv
-	$(BIN)/ruff check sparkctl tests bench plugins
+	$(BIN)/ruff check sparkctl sparkctl_lab sparkctl_sim tests bench plugins
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/yamllint -s .
 	PATH=$(CURDIR)/$(BIN):$$PATH ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg $(BIN)/ansible-lint --profile production -q playbooks roles
 

@@ -76,7 +76,7 @@ def main() -> int:
         )
         return 2
 
-    from sparkctl.lab import control, host, rootfs, state, topology
+    from sparkctl_lab import control, host, rootfs, state, topology
 
     inventory = REPO / "inventory" / "lab"
     nvme = dict.fromkeys(topology.node_names(), args.nvme_gib) if args.nvme_gib else None

@@ -29,8 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from sparkctl import runner  # noqa: E402
-from sparkctl.plan import Plan  # noqa: E402
+from sparkctl.ansible import runner  # noqa: E402
+from sparkctl.ansible.plan import Plan  # noqa: E402
 
 INVENTORY = REPO / "inventory" / "lab"
 ANSIBLE_DEFAULT_SSH_ARGS = "-C -o ControlMaster=auto -o ControlPersist=60s"

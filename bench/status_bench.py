@@ -39,10 +39,11 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from sparkctl import gates, remote
     from sparkctl.cli.serve import _api_key, _http
     from sparkctl.model import load_inventory
     from sparkctl.render import plan_document
+    from sparkctl.serve import verdict
+    from sparkctl.ssh import fleet as remote
 
     cluster = load_inventory(args.inventory)
     doc = plan_document(cluster)
@@ -57,7 +58,7 @@ def main() -> int:
         fleet = remote.Fleet(remote.targets_for(cluster))
         http = _http()
         try:
-            snap = gates.snapshot(cluster, doc, fleet, http, api_key)
+            snap = verdict.snapshot(cluster, doc, fleet, http, api_key)
         finally:
             fleet.close()
             http.close()

@@ -7,6 +7,7 @@ loads the model, plans, runs and renders. Register a module by adding it to ``_C
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 import sys
 from dataclasses import dataclass, field
@@ -86,13 +87,16 @@ def _global(
 # Modules that add commands to ``app``; each exposes ``register(app)``.
 _COMMAND_MODULES = [
     "sparkctl.cli.provision",
-    "sparkctl.cli.lab",
     "sparkctl.cli.cluster",
     "sparkctl.cli.qa",
     "sparkctl.cli.stage",
     "sparkctl.cli.serve",
 ]
 
+
+# Commands from other installed distributions (the local lab registers `sparkctl lab` this way), so
+# the product never imports them: entry points in the group below, each a ``register(app)``.
+PLUGIN_GROUP = "sparkctl.commands"
 
 _registered: set[str] = set()
 
@@ -103,6 +107,10 @@ def _register() -> None:
         if name not in _registered:
             importlib.import_module(name).register(app)
             _registered.add(name)
+    for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+        if ep.value not in _registered:
+            ep.load()(app)
+            _registered.add(ep.value)
 
 
 _GLOBAL_FLAGS = {"--json": False, "--verbose": False, "-v": False, "--inventory": True, "-i": True}

@@ -11,9 +11,10 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from sparkctl import sglang_check, ui
+from sparkctl import ui
 from sparkctl.errors import EXIT_USAGE, SparkctlError
 from sparkctl.model import Cluster, load_inventory
+from sparkctl.qa import sglang_check
 
 
 def load_cluster(ctx: typer.Context) -> Cluster:

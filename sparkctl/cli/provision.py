@@ -16,8 +16,10 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from sparkctl import plan as planning
-from sparkctl import progress, runner, ui
+from sparkctl import ui
+from sparkctl.ansible import hosttable as progress
+from sparkctl.ansible import plan as planning
+from sparkctl.ansible import runner
 from sparkctl.errors import EXIT_FAILED, SparkctlError
 from sparkctl.model import Cluster, load_inventory
 from sparkctl.qa import fabric as fabric_check

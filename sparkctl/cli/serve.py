@@ -26,19 +26,21 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from sparkctl import __version__, gates, remote, ui
+from sparkctl import __version__, ui
 from sparkctl.errors import EXIT_FAILED, EXIT_UNHEALTHY, InputError, SparkctlError, UnhealthyError
+from sparkctl.serve import bootwatch, preflight, probe, redact, verdict
+from sparkctl.ssh import fleet as remote
 
 if TYPE_CHECKING:
-    from sparkctl.plan import Plan
-    from sparkctl.runner import RunnerEvent, RunResult
+    from sparkctl.ansible.plan import Plan
+    from sparkctl.ansible.runner import RunnerEvent, RunResult
 
 
 # --- seams the CLI tests replace ------------------------------------------------------------------
 
 
 def _execute(plan: Plan, on_event: Any = None) -> RunResult:
-    from sparkctl import runner
+    from sparkctl.ansible import runner
 
     return runner.execute(plan, on_event)
 
@@ -52,7 +54,7 @@ def _http() -> httpx.Client:
 
 
 def _new_run_dir(verb: str) -> Path:
-    from sparkctl.runner import new_run_dir
+    from sparkctl.ansible.runner import new_run_dir
 
     return new_run_dir(verb)
 
@@ -85,7 +87,7 @@ def _secrets(cluster: Any) -> list[str]:
 
 
 def _gib(value: int | None) -> str:
-    return f"{value / gates.GIB:.1f}" if value is not None else "–"
+    return f"{value / verdict.GIB:.1f}" if value is not None else "–"
 
 
 def _event_printer(verbose: bool) -> Any:
@@ -113,17 +115,17 @@ def _run_playbook(plan: Plan, what: str, verbose: bool) -> RunResult:
 
 
 def _stop_all(cluster: Any, verbose: bool, grace_s: int | None = None) -> RunResult:
-    from sparkctl.plan import for_down
+    from sparkctl.ansible.plan import for_down
 
     return _execute(for_down(cluster, grace_s), _event_printer(verbose))
 
 
 # --- status ---------------------------------------------------------------------------------------
 
-VERDICT_STYLE = {gates.READY: "green", gates.DEGRADED: "yellow", gates.DOWN: "red"}
+VERDICT_STYLE = {verdict.READY: "green", verdict.DEGRADED: "yellow", verdict.DOWN: "red"}
 
 
-def status_table(snap: gates.Snapshot) -> Table:
+def status_table(snap: verdict.Snapshot) -> Table:
     table = Table(title=None, expand=False)
     for col in ("rank", "node", "unit", "MemAvail GiB", "GPU", "fabric", "shards"):
         table.add_column(col)
@@ -154,7 +156,7 @@ def status_table(snap: gates.Snapshot) -> Table:
     return table
 
 
-def render_status(snap: gates.Snapshot) -> Any:
+def render_status(snap: verdict.Snapshot) -> Any:
     from rich.console import Group
     from rich.text import Text
 
@@ -187,13 +189,13 @@ def status(
     fleet = _fleet(cluster)
     http = _http()
     try:
-        snap = gates.snapshot(cluster, doc, fleet, http, api_key)
+        snap = verdict.snapshot(cluster, doc, fleet, http, api_key)
         if watch and not as_json:
             with Live(render_status(snap), console=ui.console, refresh_per_second=4, transient=False) as live:
                 try:
                     while True:
-                        time.sleep(max(0.0, gates.SAMPLE_INTERVAL_S - snap.seconds))
-                        snap = gates.snapshot(cluster, doc, fleet, http, api_key)
+                        time.sleep(max(0.0, bootwatch.SAMPLE_INTERVAL_S - snap.seconds))
+                        snap = verdict.snapshot(cluster, doc, fleet, http, api_key)
                         live.update(render_status(snap))
                 except KeyboardInterrupt:
                     pass
@@ -204,30 +206,30 @@ def status(
     finally:
         fleet.close()
         http.close()
-    if snap.verdict != gates.READY:
+    if snap.verdict != verdict.READY:
         raise typer.Exit(EXIT_UNHEALTHY)
 
 
 # --- up -------------------------------------------------------------------------------------------
 
-PHASE_MARK = {gates.OK: ui.OK, gates.FAIL: ui.FAIL, gates.WAIT: "[cyan]…[/cyan]", gates.SKIP: ui.SKIP,
-              gates.PENDING: "[dim]·[/dim]"}
+PHASE_MARK = {bootwatch.OK: ui.OK, bootwatch.FAIL: ui.FAIL, bootwatch.WAIT: "[cyan]…[/cyan]",
+              bootwatch.SKIP: ui.SKIP, bootwatch.PENDING: "[dim]·[/dim]"}
 
 
-def phase_table(state: gates.BootState) -> Table:
+def phase_table(state: bootwatch.BootState) -> Table:
     table = Table(title=f"gate: {state.gate}  ({state.elapsed:.0f} s, {state.samples} memory samples)")
-    for col in ("rank", "node", "unit", *gates.PHASES[1:], "MemAvail min GiB", "note"):
+    for col in ("rank", "node", "unit", *bootwatch.PHASES[1:], "MemAvail min GiB", "note"):
         table.add_column(col.replace("_", " "))
     for row in sorted(state.rows.values(), key=lambda r: r.rank):
         table.add_row(
             str(row.rank), row.name, f"{PHASE_MARK[row.phases['unit']]} {row.unit}",
-            *(PHASE_MARK[row.phases[p]] for p in gates.PHASES[1:]),
+            *(PHASE_MARK[row.phases[p]] for p in bootwatch.PHASES[1:]),
             _gib(row.mem_min), row.note,
         )
     return table
 
 
-def preflight_table(checks: list[gates.Check]) -> Table:
+def preflight_table(checks: list[preflight.Check]) -> Table:
     table = Table(title="preflight")
     for col in ("node", "check", "", "detail"):
         table.add_column(col)
@@ -252,17 +254,17 @@ def up(
     http = _http()
     say = ui.err_console.print if as_json else ui.console.print
     try:
-        before = gates.snapshot(cluster, doc, fleet, http, api_key)
-        current = all(before.nodes[e["name"]].data.get("file_sha256") == gates.expected_hashes(cluster, e)
+        before = verdict.snapshot(cluster, doc, fleet, http, api_key)
+        current = all(before.nodes[e["name"]].data.get("file_sha256") == probe.expected_hashes(cluster, e)
                       for e in doc["nodes"])
-        if before.verdict == gates.READY and current and not restart:
+        if before.verdict == verdict.READY and current and not restart:
             say(f"{ui.OK} already up and ready; nothing to do (use --restart to restart the ranks)")
             if as_json:
                 ui.print_json({"cluster": cluster.name, "result": "ready", "changed": False,
                                **before.as_dict()})
             return
         if any(f.reachable and f.active != "inactive" for f in before.nodes.values()):
-            why = "restarting" if before.verdict == gates.READY else f"cluster is {before.verdict}"
+            why = "restarting" if before.verdict == verdict.READY else f"cluster is {before.verdict}"
             say(f"stopping the running ranks first ({why})")
             stop = _stop_all(cluster, verbose)
             if not stop.ok:
@@ -270,7 +272,7 @@ def up(
                                     hint=f"artifacts: {stop.artifact_dir}",
                                     details=[str(f) for f in stop.failures][:12])
 
-        checks, _facts = gates.preflight(cluster, doc, fleet, force)
+        checks, _facts = preflight.preflight(cluster, doc, fleet, force)
         failed = [c for c in checks if not c.ok]
         if failed or verbose:
             ui.err_console.print(preflight_table(checks if verbose else failed))
@@ -282,14 +284,14 @@ def up(
             )
         say(f"{ui.OK} preflight: {len(checks)} checks passed on {len(cluster.nodes)} nodes")
 
-        from sparkctl.plan import for_up
+        from sparkctl.ansible.plan import for_up
 
         try:
             _run_playbook(for_up(cluster), "installing and starting the rank units", verbose)
         except SparkctlError as exc:
             failed_hosts = sorted({d.split(":", 1)[0] for d in exc.details} & set(fleet.targets))
             for host in failed_hosts[:2]:
-                cmd = f"journalctl -u {gates.unit_name(doc)} -n 15 --no-pager -o short-iso 2>&1\n"
+                cmd = f"journalctl -u {probe.unit_name(doc)} -n 15 --no-pager -o short-iso 2>&1\n"
                 res = fleet.run({host: cmd}, timeout=15, only=[host])[host]
                 if res.reachable:
                     exc.details += [f"log tail of {host}:"] + [f"    {ln}" for ln in res.stdout.splitlines()]
@@ -298,7 +300,7 @@ def up(
             raise
         run_dir = _new_run_dir("up")
         qualify = _qualify_fn(cluster, run_dir)
-        watch = gates.BootWatch(cluster, doc, fleet, http, api_key, record_dir=run_dir, qualify=qualify)
+        watch = bootwatch.BootWatch(cluster, doc, fleet, http, api_key, record_dir=run_dir, qualify=qualify)
         try:
             if as_json:
                 state = watch.run()
@@ -306,12 +308,12 @@ def up(
                 with Live(phase_table(watch.state), console=ui.console, refresh_per_second=4) as live:
                     watch.on_update = lambda s: live.update(phase_table(s))
                     state = watch.run()
-        except gates.GateFailure as exc:
+        except bootwatch.GateFailure as exc:
             say(f"{ui.FAIL} gate failed: {exc.gate} — stopping every rank")
             _stop_all(cluster, verbose)
             details = [f"node: {exc.node or 'cluster'}", f"records: {run_dir}"]
             if exc.log_tail:
-                tail = exc.log_tail.splitlines()[-gates.LOG_TAIL_LINES:]
+                tail = exc.log_tail.splitlines()[-bootwatch.LOG_TAIL_LINES:]
                 details += ["log tail:"] + [f"    {line}" for line in tail]
             raise SparkctlError(
                 f"`up` failed at the gate {exc.gate!r} on {exc.node or 'the cluster'}: {exc.detail}",
@@ -372,7 +374,7 @@ def down(
                             details=[str(f) for f in result.failures][:12])
     fleet = _fleet(cluster)
     try:
-        facts = gates.collect(cluster, doc, fleet, "watch", timeout=10)
+        facts = probe.collect(cluster, doc, fleet, "watch", timeout=10)
     finally:
         fleet.close()
     running = [f"{f.name}: {f.active}" for f in facts.values() if f.reachable and f.active != "inactive"]
@@ -413,7 +415,7 @@ def logs(
     nodes = [n for n in cluster.nodes if rank is None or n.rank == rank]
     if not nodes:
         raise InputError(f"no rank {rank} in this cluster", hint=f"ranks are 0..{len(cluster.nodes) - 1}")
-    unit = gates.unit_name(doc)
+    unit = probe.unit_name(doc)
     secrets = _secrets(cluster)
     fleet = _fleet(cluster)
     label = {n.name: f"[r{n.rank} {n.name}]" for n in nodes}
@@ -421,7 +423,7 @@ def logs(
 
     def emit(node: str, line: str) -> None:
         with lock:
-            sys.stdout.write(f"{label[node]} {gates.redact(line, secrets)}\n")
+            sys.stdout.write(f"{label[node]} {redact.redact(line, secrets)}\n")
             sys.stdout.flush()
 
     try:
@@ -484,8 +486,8 @@ def build_bundle(
         api_key = _api_key(cluster)
     except SparkctlError:
         api_key = None
-    snap = gates.snapshot(cluster, doc, fleet, http, api_key)
-    node_out = fleet.run(BUNDLE_SCRIPT.format(unit=gates.unit_name(doc), lines=int(lines)), timeout=60)
+    snap = verdict.snapshot(cluster, doc, fleet, http, api_key)
+    node_out = fleet.run(BUNDLE_SCRIPT.format(unit=probe.unit_name(doc), lines=int(lines)), timeout=60)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     root = f"sparkctl-bundle-{cluster.name}-{stamp}"
     files: dict[str, str] = {
@@ -504,7 +506,7 @@ def build_bundle(
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for rel, text in sorted(files.items()):
-            data = gates.redact(text, secrets).encode()
+            data = redact.redact(text, secrets).encode()
             info = tarfile.TarInfo(f"{root}/{rel}")
             info.size = len(data)
             info.mtime = int(time.time())

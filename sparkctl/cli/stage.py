@@ -13,7 +13,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from sparkctl import plan, runner, ui
+from sparkctl import ui
+from sparkctl.ansible import plan, runner
 from sparkctl.errors import SparkctlError
 from sparkctl.model import load_inventory
 from sparkctl.stage import progress

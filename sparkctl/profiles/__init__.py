@@ -17,7 +17,7 @@ import re
 import string
 from collections.abc import Mapping
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -141,6 +141,28 @@ class Simulator(_Strict):
         default_factory=list,
         description="misbehaviours to inject for negative tests (see `sparkctl-sim-rank --sim-help`)",
     )
+
+    # The simulator's environment variable for each setting: the one contract between the profile
+    # and the simulator (a test checks it against the simulator's own knob table).
+    ENV: ClassVar[dict[str, str]] = {
+        "boot_delay_s": "SPARKCTL_SIM_BOOT_DELAY_S",
+        "token_rate": "SPARKCTL_SIM_TOKEN_RATE",
+        "hold_mem_mib": "SPARKCTL_SIM_HOLD_MIB",
+        "faults": "SPARKCTL_SIM_FAULT",
+    }
+
+    def environment(self) -> dict[str, str]:
+        """The rank's environment for these settings (no faults, no variable)."""
+        env: dict[str, str] = {}
+        for key, value in self.model_dump().items():
+            if isinstance(value, list):
+                if not value:
+                    continue
+                text = ",".join(str(v) for v in value)
+            else:
+                text = str(value)
+            env[self.ENV[key]] = text
+        return env
 
 
 class Profile(_Strict):

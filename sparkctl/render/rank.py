@@ -113,12 +113,7 @@ def rank_env(cluster: Cluster, node: Node) -> dict[str, str]:
     env.update(network_env(cluster, node))
     if cluster.runtime.kind == "lab" and cluster.profile.simulator is not None:
         # The lab's simulated rank reads its behaviour (boot delay, token rate, held memory) here.
-        from sparkctl.sim.config import knob_env
-
-        settings = cluster.profile.simulator.model_dump(exclude_none=True)
-        if not settings.get("faults"):
-            settings.pop("faults", None)
-        env.update(knob_env(settings))
+        env.update(cluster.profile.simulator.environment())
     return env
 
 

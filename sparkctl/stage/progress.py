@@ -1,7 +1,7 @@
 """Live per-node staging bars on the controller: bytes, rate, ETA, and the task each node is in.
 
 The transfer agents write ``<run_dir>/stage-progress.json`` on every node (see transfer.py); a
-poller thread reads them over SSH (``sparkctl.remote``, host keys verified) once a second while
+poller thread reads them over SSH (``sparkctl.ssh.fleet``, host keys verified) once a second while
 the playbook runs, and the runner's events say which task each node is in.
 """
 
@@ -25,7 +25,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from sparkctl import runner
+from sparkctl.ansible import runner
 
 PROGRESS_FILE = "stage-progress.json"
 
@@ -48,7 +48,7 @@ def parse(text: str | None, since: float) -> dict[str, Any] | None:
 
 def fleet_reader(cluster: Any) -> tuple[Reader, Callable[[], None]]:
     """A reader over SSH for every node of ``cluster``, and the function that closes it."""
-    from sparkctl import remote
+    from sparkctl.ssh import fleet as remote
 
     fleet = remote.Fleet(remote.targets_for(cluster))
     path = f"{cluster.paths.run_dir}/{PROGRESS_FILE}"

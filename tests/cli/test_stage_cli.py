@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from sparkctl import runner
+from sparkctl.ansible import runner
+from sparkctl.ansible.plan import Plan
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from sparkctl.plan import Plan
 
 NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
 FACTS = "Summarise the staged files on this node (quick check)"

@@ -62,7 +62,7 @@ def lab_unavailable_reason() -> str | None:
     for tool, pkg in (("systemd-nspawn", "systemd-container"), ("ip", "iproute2"), ("ssh", "openssh-client")):
         if shutil.which(tool) is None:
             return f"{tool} is missing: apt-get install -y {pkg}"
-    from sparkctl.lab import rootfs
+    from sparkctl_lab import rootfs
 
     if not rootfs.is_built(rootfs.rootfs_path()) and shutil.which("debootstrap") is None:
         return "no cached lab rootfs and no debootstrap to build one: apt-get install -y debootstrap"
@@ -86,35 +86,35 @@ class Lab:
 
     @property
     def private_key(self) -> Path:
-        from sparkctl.lab import state
+        from sparkctl_lab import state
 
         return state.controller_key()
 
     @property
     def api_key_file(self) -> Path:
-        from sparkctl.lab import state
+        from sparkctl_lab import state
 
         return state.api_key_file()
 
     @property
     def checkpoint_dir(self) -> Path:
-        from sparkctl.lab import state
+        from sparkctl_lab import state
 
         return state.checkpoint_dir()
 
     @property
     def nodes(self) -> list[str]:
-        from sparkctl.lab import topology
+        from sparkctl_lab import topology
 
         return topology.node_names()
 
     def mgmt_ip(self, machine: str) -> str:
-        from sparkctl.lab import topology
+        from sparkctl_lab import topology
 
         return str(topology.mgmt_ip(machine))
 
     def fabric_ip(self, node: str, half: str = "a") -> str:
-        from sparkctl.lab import topology
+        from sparkctl_lab import topology
 
         return str(topology.fabric_ip(node, topology.half(half)).ip)
 
@@ -134,7 +134,7 @@ class Lab:
         self, machine: str, *argv: str, check: bool = True, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
         """Run a command inside a machine without SSH (nsenter into its namespaces)."""
-        from sparkctl.lab import control, state
+        from sparkctl_lab import control, state
 
         proc = control.node_exec(machine, list(argv), state.load(), timeout=timeout)
         if check and proc.returncode != 0:
@@ -161,39 +161,39 @@ class Lab:
         )
 
     def status(self) -> dict[str, dict[str, Any]]:
-        from sparkctl.lab import control
+        from sparkctl_lab import control
 
         return {row["machine"]: row for row in control.status()}
 
     # --- chaos ----------------------------------------------------------------------------------
 
     def kill(self, machine: str) -> None:
-        from sparkctl.lab import control
+        from sparkctl_lab import control
 
         control.kill(machine)
 
     def start(self, machine: str) -> None:
-        from sparkctl.lab import control
+        from sparkctl_lab import control
 
         control.start(machine)
 
     def link(self, node: str, up: bool, half: str | None = None, mgmt: bool = False) -> list[str]:
-        from sparkctl.lab import control
+        from sparkctl_lab import control
 
         return control.set_link(node, up, [half] if half else None, mgmt=mgmt)
 
     def set_port_mtu(self, port: str, mtu: int) -> int | None:
-        from sparkctl.lab import control
+        from sparkctl_lab import control
 
         return control.set_port_mtu(port, mtu)
 
     def fill(self, node: str, *, gib: float | None = None, free_mib: int | None = None) -> dict[str, int]:
-        from sparkctl.lab import control
+        from sparkctl_lab import control
 
         return control.fill_nvme(node, gib=gib, free_mib=free_mib)
 
     def clear_fill(self, node: str) -> None:
-        from sparkctl.lab import control
+        from sparkctl_lab import control
 
         control.fill_nvme(node, clear=True)
 
@@ -237,7 +237,7 @@ class Lab:
 
     def heal(self) -> None:
         """Undo every chaos hook: ports back to 9216 and up, cables plugged, machines on, NVMe unfilled."""
-        from sparkctl.lab import control, topology
+        from sparkctl_lab import control, topology
 
         for port in topology.switch_ports():
             self.set_port_mtu(port, topology.SWITCH_PORT_MTU)
@@ -303,7 +303,7 @@ def lab() -> Iterator[Lab]:
     reason = lab_unavailable_reason()
     if reason:
         pytest.skip(reason)
-    from sparkctl.lab import control, topology
+    from sparkctl_lab import control, topology
 
     keep = os.environ.get("SPARKCTL_LAB_KEEP") == "1"
     gib = _nvme_gib()
@@ -319,7 +319,7 @@ def lab() -> Iterator[Lab]:
         f"\nlab {'shared with another session' if shared else 'up'} in {time.monotonic() - t0:.1f}s "
         f"(rootfs build: {report.rootfs_build_s or 0:.0f}s): {json.dumps(report.system)}\n"
     )
-    from sparkctl.lab import state
+    from sparkctl_lab import state
 
     st = state.load()
     gibs = {st.machines[n].nvme_gib for n in topology.node_names() if st and n in st.machines}

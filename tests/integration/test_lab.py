@@ -224,7 +224,7 @@ def test_exec_passes_the_exit_code_and_rejects_unknown_machines(lab: Lab) -> Non
 
 @pytest.mark.lab_last
 def test_a_crashed_run_is_cleaned_by_the_next_up(lab: Lab) -> None:
-    from sparkctl.lab import control, state
+    from sparkctl_lab import control, state
 
     _skip_if_shared(lab)
     # A crash: every container process killed, the state file lost, everything else left behind.
@@ -244,7 +244,7 @@ def test_a_crashed_run_is_cleaned_by_the_next_up(lab: Lab) -> None:
 
 @pytest.mark.lab_last
 def test_down_leaves_nothing_behind(lab: Lab) -> None:
-    from sparkctl.lab import state
+    from sparkctl_lab import state
 
     _skip_if_shared(lab)
     inits = [r["pid"] for r in lab.status().values() if r["pid"]]

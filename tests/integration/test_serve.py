@@ -38,7 +38,7 @@ def _units(lab: Lab) -> dict[str, str]:
 
 
 def _rank_processes(lab: Lab, node: str) -> list[str]:
-    out = lab.ssh(node, "pgrep -af sparkctl.sim.rank || true", check=False).stdout
+    out = lab.ssh(node, "pgrep -af sparkctl_sim.rank || true", check=False).stdout
     return [line for line in out.splitlines() if line.strip() and "pgrep" not in line]
 
 

@@ -1,6 +1,6 @@
 """Fakes for the serving code: a lab-shaped cluster on disk, a scripted fleet of nodes, a fake rank-0 API.
 
-``FakeNodes`` answers the probe scripts of sparkctl.gates (it decodes the parameters embedded in
+``FakeNodes`` answers the probe scripts of sparkctl.serve.probe (it decodes the parameters embedded in
 the script) and the journalctl/bundle scripts from a per-node scenario that tests change between
 rounds; ``FakeApi`` is an httpx.MockTransport handler for the ranks' HTTP endpoints.
 """
@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 
 from sparkctl.model import load_inventory
-from sparkctl.remote import HostResult, Target
 from sparkctl.render import plan_document
+from sparkctl.ssh.fleet import HostResult, Target
 
 GIB = 1024**3
 API_KEY = "sk-lab-7f3a9c2e1b5d4f60a8e9"
@@ -28,7 +28,7 @@ def lab_cluster(tmp: Path, overrides: dict[str, Any] | None = None) -> tuple[Any
     """A lab inventory written the way `sparkctl lab up` writes it, loaded; plus its plan document."""
     import yaml
 
-    from sparkctl.lab import inventory as lab_inventory
+    from sparkctl_lab import inventory as lab_inventory
 
     key = tmp / "api-key"
     key.write_text(API_KEY + "\n")

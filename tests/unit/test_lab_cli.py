@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sparkctl.lab import host
+from sparkctl_lab import host
 
 
 @pytest.mark.parametrize(

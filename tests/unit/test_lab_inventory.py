@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkctl.lab import inventory as lab_inventory
-from sparkctl.lab import topology as topo
+from sparkctl_lab import inventory as lab_inventory
+from sparkctl_lab import topology as topo
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "inventory" / "example"

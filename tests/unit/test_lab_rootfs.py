@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.errors import SparkctlError
-from sparkctl.lab import rootfs
+from sparkctl_lab import rootfs
 
 DEB822 = """\
 Types: deb

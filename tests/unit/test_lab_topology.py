@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from sparkctl.lab import topology as topo
+from sparkctl_lab import topology as topo
 
 
 def test_nodes_and_addresses_follow_the_documented_plan() -> None:

@@ -11,7 +11,7 @@ from sparkctl.model import load_inventory
 
 
 def test_lab_inventory_validates(tmp_path: Path) -> None:
-    lab_inventory = pytest.importorskip("sparkctl.lab.inventory")
+    lab_inventory = pytest.importorskip("sparkctl_lab.inventory")
     inv = lab_inventory.LabInventory(
         inventory_dir=tmp_path / "lab",
         private_key=tmp_path / "id_ed25519",

@@ -56,7 +56,7 @@ def test_fit_needs_two_sizes_and_growth() -> None:
 
 
 def test_sizing_lands_within_tolerance_with_the_simulator_tokenizer() -> None:
-    tok = pytest.importorskip("sparkctl.sim.tokenizer")
+    tok = pytest.importorskip("sparkctl_sim.tokenizer")
     fit = haystack.TokenFit()
     for words in (200, 800):
         fit.add(words, tok.count(haystack.build(words, label="calibration").prompt))

@@ -61,7 +61,7 @@ def test_unknown_colour_is_refused() -> None:
 
 
 def test_simulator_sees_the_same_shapes() -> None:
-    sim = pytest.importorskip("sparkctl.sim.images")
+    sim = pytest.importorskip("sparkctl_sim.images")
     info = sim.analyse(images.one_image().data_url(), 1)
     assert [s.colour for s in info.shapes] == ["red", "blue", "yellow"]
     assert [s.kind for s in info.shapes] == ["square", "circle", "square"]

@@ -23,7 +23,7 @@ import pytest
 from sparkctl.qa import bench, haystack, qualify
 from sparkctl.qa.endpoint import discover
 
-pytest.importorskip("sparkctl.sim.rank", reason="the rank simulator's server has not landed")
+pytest.importorskip("sparkctl_sim.rank", reason="the rank simulator's server has not landed")
 
 API_KEY = "qa-test-key"
 MODEL = "deepseek-v41-flash"
@@ -78,7 +78,7 @@ def _start(tmp_path: Path, nnodes: int = 1, **knobs: str) -> Sim:
     with log.open("wb") as out:
         for rank in [*range(1, nnodes), 0]:
             argv = [
-                sys.executable, "-m", "sparkctl.sim.rank", "serve",
+                sys.executable, "-m", "sparkctl_sim.rank", "serve",
                 "--model-path", str(tmp_path / "model"),
                 "--served-model-name", MODEL,
                 "--tp-size", str(nnodes),

@@ -10,8 +10,8 @@ import paramiko
 import pytest
 from sshd_fake import FakeSshd
 
-from sparkctl import remote
-from sparkctl.remote import Fleet, Target, known_hosts_from_args, parse_sections, run_all, targets_for
+from sparkctl.ssh import fleet as remote
+from sparkctl.ssh.fleet import Fleet, Target, known_hosts_from_args, parse_sections, run_all, targets_for
 
 
 @pytest.fixture(scope="module")

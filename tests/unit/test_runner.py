@@ -1,4 +1,4 @@
-"""sparkctl.runner against localhost (connection: local): stats, failures, results, run dirs."""
+"""sparkctl.ansible.runner against localhost (connection: local): stats, failures, results, run dirs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl import runner
-from sparkctl.plan import Plan
+from sparkctl.ansible import runner
+from sparkctl.ansible.plan import Plan
 
 PLAYBOOK = """\
 - name: Runner probe

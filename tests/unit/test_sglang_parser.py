@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from sparkctl import sglang_check
 from sparkctl.errors import InputError
 from sparkctl.model import Runtime, load_inventory
 from sparkctl.profiles import load_profile
+from sparkctl.qa import sglang_check
 from sparkctl.render import rank_argv
 
 pytestmark = [

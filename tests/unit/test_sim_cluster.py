@@ -1,6 +1,6 @@
 """Simulated ranks as real processes on loopback: rendezvous, liveness, shutdown, the HTTP API.
 
-Every rank runs as ``python -S -m sparkctl.sim serve …``: ``-S`` keeps site-packages out, so these
+Every rank runs as ``python -S -m sparkctl_sim serve …``: ``-S`` keeps site-packages out, so these
 tests also prove the simulator needs nothing beyond the standard library.
 """
 
@@ -82,7 +82,7 @@ class Cluster:
         env.update(self.env, PYTHONPATH=str(REPO))
         log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
-            [sys.executable, "-S", "-m", "sparkctl.sim", *self.argv(rank, port), *(extra or [])],
+            [sys.executable, "-S", "-m", "sparkctl_sim", *self.argv(rank, port), *(extra or [])],
             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.tmp,
         )  # fmt: skip
         log.close()
@@ -425,7 +425,7 @@ def test_openai_client_end_to_end(api: Cluster) -> None:
 def test_bad_argv_exits_2_and_port_clash_exits_1(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     bad = subprocess.run(
-        [sys.executable, "-S", "-m", "sparkctl.sim", "serve", "--tp-size", "x"],
+        [sys.executable, "-S", "-m", "sparkctl_sim", "serve", "--tp-size", "x"],
         env=env,
         capture_output=True,
         text=True,
@@ -436,7 +436,7 @@ def test_bad_argv_exits_2_and_port_clash_exits_1(tmp_path: Path) -> None:
         busy.listen(1)
         port = busy.getsockname()[1]
         clash = subprocess.run(
-            [sys.executable, "-S", "-m", "sparkctl.sim", "serve", "--port", str(port)],
+            [sys.executable, "-S", "-m", "sparkctl_sim", "serve", "--port", str(port)],
             env=env, capture_output=True, text=True, timeout=20,
         )  # fmt: skip
     assert clash.returncode == 1 and f"cannot serve HTTP on 127.0.0.1:{port}" in clash.stderr

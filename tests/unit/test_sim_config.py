@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl.sim.config import ArgError, knob_env, load_knobs, parse_argv, parse_simple_yaml
+from sparkctl_sim.config import ArgError, knob_env, load_knobs, parse_argv, parse_simple_yaml
 
 R4_LIKE = [
     "serve",

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from sparkctl.sim import images, tokenizer
-from sparkctl.sim.config import Knobs
-from sparkctl.sim.model import RequestError, Responder, find_arithmetic, pseudo_text, read_prompt
+from sparkctl_sim import images, tokenizer
+from sparkctl_sim.config import Knobs
+from sparkctl_sim.model import RequestError, Responder, find_arithmetic, pseudo_text, read_prompt
 
 
 def ask(body: dict[str, Any], knobs: Knobs | None = None, max_tokens: int = 256, running: int = 1) -> Any:

@@ -8,7 +8,7 @@ import time
 
 from rich.console import Console
 
-from sparkctl import runner
+from sparkctl.ansible import runner
 from sparkctl.stage import progress
 
 

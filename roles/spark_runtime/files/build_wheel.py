@@ -3,7 +3,7 @@
 
 The lab nodes have no network access, so the rank simulator (standard library only) travels as a
 wheel the controller builds and pushes. The wheel is cached under --out by a hash of what the
-simulator runs on a node (pyproject.toml, sparkctl/__init__.py, sparkctl/sim/ — it imports nothing
+simulator runs on a node (pyproject.toml, sparkctl/__init__.py, sparkctl_sim/ — it imports nothing
 else), so re-running a provision reuses the same file and the copy to the nodes is a no-op; an
 edit elsewhere in the package does not make every node "changed".
 
@@ -23,7 +23,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-SOURCES = ("pyproject.toml", "sparkctl/__init__.py", "sparkctl/sim")
+SOURCES = ("pyproject.toml", "sparkctl/__init__.py", "sparkctl_sim")
 
 
 def source_hash(src: Path) -> str:

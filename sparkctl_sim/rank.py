@@ -20,12 +20,12 @@ import time
 from types import FrameType
 from typing import Any
 
-from sparkctl.sim import SGLANG_VERSION
-from sparkctl.sim.config import KNOBS, PROG, ArgError, Knobs, ServerConfig, load_knobs, parse_argv
-from sparkctl.sim.log import Log
-from sparkctl.sim.model import Responder
-from sparkctl.sim.rendezvous import Head, Worker
-from sparkctl.sim.server import Scheduler, SimHTTPServer, banner, environment_snapshot
+from sparkctl_sim import SGLANG_VERSION
+from sparkctl_sim.config import KNOBS, PROG, ArgError, Knobs, ServerConfig, load_knobs, parse_argv
+from sparkctl_sim.log import Log
+from sparkctl_sim.model import Responder
+from sparkctl_sim.rendezvous import Head, Worker
+from sparkctl_sim.server import Scheduler, SimHTTPServer, banner, environment_snapshot
 
 MIB = 1024 * 1024
 PAGE = 4096

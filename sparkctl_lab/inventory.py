@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from sparkctl.lab import topology as topo
+from sparkctl_lab import topology as topo
 
 HOSTS_FILE = "hosts.yml"
 GROUP_VARS_FILE = "group_vars/all/sparkctl.yml"

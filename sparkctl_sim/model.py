@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from sparkctl.sim import images, tokenizer
-from sparkctl.sim.config import Knobs
+from sparkctl_sim import images, tokenizer
+from sparkctl_sim.config import Knobs
 
 IMAGE_TOKENS = 256
 MESSAGE_OVERHEAD = 4

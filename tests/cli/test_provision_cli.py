@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkctl import runner
+from sparkctl.ansible import runner
+from sparkctl.ansible.plan import Plan
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from sparkctl.plan import Plan
 
 NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
 

@@ -1,4 +1,4 @@
-"""gates.py: the verdict, the preflight judgement, /server_info equality and the boot watch
+"""sparkctl.serve: the verdict, the preflight judgement, /server_info equality and the boot watch
 (gates in order, memory guard, unit exits, timeouts), against a scripted fleet and a fake API."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from gates_fakes import API_KEY, GIB, FakeApi, FakeClock, FakeNodes, lab_cluster
 
-from sparkctl import gates
+from sparkctl.serve import bootwatch, preflight, probe, redact, verdict
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def test_probe_script_carries_params_on_stdin_and_runs(tmp_path: Path) -> None:
     """The shipped probe really runs (here, locally) and prints one JSON document."""
     import subprocess
 
-    script = gates.probe_script({"mode": "watch", "unit": "sparkctl-rank.service", "health_port": 1})
+    script = probe.probe_script({"mode": "watch", "unit": "sparkctl-rank.service", "health_port": 1})
     proc = subprocess.run(["/bin/sh", "-s"], input=script, capture_output=True, text=True, timeout=30)
     data = json.loads(proc.stdout.strip().splitlines()[-1])
     assert data["mode"] == "watch" and data["mem"]["MemAvailable"] > 0
@@ -48,20 +48,20 @@ def test_verdict_ready_degraded_down(lab: Any) -> None:
     cluster, doc, nodes, api = lab
     http = api.client()
     _all(nodes, unit="active")
-    snap = gates.snapshot(cluster, doc, nodes, http, API_KEY)
-    assert snap.verdict == gates.READY and snap.reasons == []
+    snap = verdict.snapshot(cluster, doc, nodes, http, API_KEY)
+    assert snap.verdict == verdict.READY and snap.reasons == []
     assert snap.head is not None and snap.head.served == ["deepseek-v41-flash"]
 
     nodes.state["spark-2"].unit = "failed"
     nodes.state["spark-2"].result = "signal"
-    snap = gates.snapshot(cluster, doc, nodes, http, API_KEY)
-    assert snap.verdict == gates.DEGRADED
+    snap = verdict.snapshot(cluster, doc, nodes, http, API_KEY)
+    assert snap.verdict == verdict.DEGRADED
     assert any("spark-2 (rank 2): rank unit not running (failed" in r and "signal" in r for r in snap.reasons)
 
     _all(nodes, unit="inactive")
     api.health = {}
-    snap = gates.snapshot(cluster, doc, nodes, http, API_KEY)
-    assert snap.verdict == gates.DOWN
+    snap = verdict.snapshot(cluster, doc, nodes, http, API_KEY)
+    assert snap.verdict == verdict.DOWN
 
 
 def test_verdict_names_links_shards_memory_and_unreachable(lab: Any) -> None:
@@ -71,31 +71,31 @@ def test_verdict_names_links_shards_memory_and_unreachable(lab: Any) -> None:
     nodes.state["spark-3"].mtu = 1500
     nodes.state["spark-0"].shards_ok = False
     nodes.state["spark-2"].mem = int(0.1 * GIB)
-    snap = gates.snapshot(cluster, doc, nodes, api.client(), API_KEY)
+    snap = verdict.snapshot(cluster, doc, nodes, api.client(), API_KEY)
     text = "\n".join(snap.reasons)
-    assert snap.verdict == gates.DEGRADED
+    assert snap.verdict == verdict.DEGRADED
     assert "spark-1 (rank 1): fabric port enp1s0f0np0 is down" in text
     assert "spark-3 (rank 3): fabric port enp1s0f0np0 MTU 1500 < 9000" in text
     assert "spark-0 (rank 0): Engram shards not verified" in text
     assert "spark-2 (rank 2): MemAvailable 0.10 GiB below the floor 0.50 GiB" in text
     nodes.state["spark-3"].reachable = False
-    snap = gates.snapshot(cluster, doc, nodes, api.client(), API_KEY)
+    snap = verdict.snapshot(cluster, doc, nodes, api.client(), API_KEY)
     assert any(r.startswith("spark-3 (rank 3): unreachable: timed out") for r in snap.reasons)
 
 
 def test_wrong_api_key_shows_in_the_verdict(lab: Any) -> None:
     cluster, doc, nodes, api = lab
     _all(nodes, unit="active")
-    snap = gates.snapshot(cluster, doc, nodes, api.client(), "wrong")
-    assert snap.verdict == gates.DEGRADED and "rank 0 /v1/models: 401" in snap.reasons
+    snap = verdict.snapshot(cluster, doc, nodes, api.client(), "wrong")
+    assert snap.verdict == verdict.DEGRADED and "rank 0 /v1/models: 401" in snap.reasons
 
 
 # --- preflight ------------------------------------------------------------------------------------
 
 
-def _preflight(lab: Any, force: bool = False) -> list[gates.Check]:
+def _preflight(lab: Any, force: bool = False) -> list[preflight.Check]:
     cluster, doc, nodes, _ = lab
-    checks, _facts = gates.preflight(cluster, doc, nodes, force)
+    checks, _facts = preflight.preflight(cluster, doc, nodes, force)
     return checks
 
 
@@ -150,24 +150,24 @@ def test_preflight_gid_must_resolve_and_be_common(lab: Any) -> None:
 def test_server_info_compared_on_the_profile_fields(lab: Any) -> None:
     cluster, doc, _, api = lab
     head = next(e for e in doc["nodes"] if e["rank"] == 0)
-    expected = gates.expected_server_info(cluster, head)
+    expected = bootwatch.expected_server_info(cluster, head)
     assert expected["tp_size"] == "4" and expected["context_length"] == "32768"
     assert set(expected) == set(cluster.profile.gates.server_info_fields)
-    assert gates.compare_server_info(api.server_info, expected) == []
+    assert bootwatch.compare_server_info(api.server_info, expected) == []
     bad = dict(api.server_info, max_total_tokens=65536)
     del bad["ep_size"]
-    problems = gates.compare_server_info(bad, expected)
+    problems = bootwatch.compare_server_info(bad, expected)
     assert problems == ["ep_size missing (want 4)", "max_total_tokens=65536, rendered 131072"]
 
 
 # --- the boot watch -------------------------------------------------------------------------------
 
 
-def _watch(lab: Any, tmp_path: Path, qualify: Any = None) -> tuple[gates.BootWatch, FakeClock, list[str]]:
+def _watch(lab: Any, tmp_path: Path, qualify: Any = None) -> tuple[bootwatch.BootWatch, FakeClock, list[str]]:
     cluster, doc, nodes, api = lab
     clock = FakeClock()
     gates_seen: list[str] = []
-    watch = gates.BootWatch(cluster, doc, nodes, api.client(), API_KEY, record_dir=tmp_path / "rec",
+    watch = bootwatch.BootWatch(cluster, doc, nodes, api.client(), API_KEY, record_dir=tmp_path / "rec",
                             on_update=lambda s: gates_seen.append(s.gate), qualify=qualify,
                             clock=clock, sleep=clock.sleep)
     return watch, clock, gates_seen
@@ -210,8 +210,8 @@ def test_boot_watch_passes_the_gates_in_order(lab: Any, tmp_path: Path) -> None:
     order = [g for i, g in enumerate(seen) if i == 0 or seen[i - 1] != g]
     assert order[:4] == ["unit active", "worker /health", "rank 0 /ready", "log markers"]
     head = state.rows["spark-0"]
-    assert all(head.phases[p] == gates.OK for p in gates.PHASES)
-    assert all(r.phases["health"] == gates.OK for r in state.rows.values())
+    assert all(head.phases[p] == bootwatch.OK for p in bootwatch.PHASES)
+    assert all(r.phases["health"] == bootwatch.OK for r in state.rows.values())
     records = tmp_path / "rec"
     samples = (records / "memory-samples.jsonl").read_text().splitlines()
     assert len(samples) == 4 * state.samples and json.loads(samples[0])["mem_available"] == 3 * GIB
@@ -233,7 +233,7 @@ def test_memory_guard_stops_the_boot_and_names_the_node(lab: Any, tmp_path: Path
 
     nodes.on_round = sink
     watch, _, _ = _watch(lab, tmp_path)
-    with pytest.raises(gates.GateFailure) as info:
+    with pytest.raises(bootwatch.GateFailure) as info:
         watch.run()
     exc = info.value
     assert exc.gate == "memory guard" and exc.node == "spark-2"
@@ -256,7 +256,7 @@ def test_a_rank_that_exits_fails_the_boot(lab: Any, tmp_path: Path) -> None:
 
     nodes.on_round = dies
     watch, _, _ = _watch(lab, tmp_path)
-    with pytest.raises(gates.GateFailure) as info:
+    with pytest.raises(bootwatch.GateFailure) as info:
         watch.run()
     assert info.value.gate == "rank unit exited" and info.value.node == "spark-1"
     assert "exit-code" in info.value.detail
@@ -267,7 +267,7 @@ def test_ready_timeout_names_rank_0(lab: Any, tmp_path: Path) -> None:
     api.ready = False
     nodes.on_round = _boots()
     watch, clock, _ = _watch(lab, tmp_path)
-    with pytest.raises(gates.GateFailure) as info:
+    with pytest.raises(bootwatch.GateFailure) as info:
         watch.run()
     assert info.value.gate == "rank 0 /ready" and info.value.node == "spark-0"
     assert clock.now - 1000.0 >= cluster.profile.gates.boot_timeout_s
@@ -278,7 +278,7 @@ def test_server_info_mismatch_fails_the_boot(lab: Any, tmp_path: Path) -> None:
     nodes.on_round = _boots()
     api.server_info["context_length"] = 4096
     watch, _, _ = _watch(lab, tmp_path)
-    with pytest.raises(gates.GateFailure) as info:
+    with pytest.raises(bootwatch.GateFailure) as info:
         watch.run()
     assert info.value.gate == "/server_info equals the rendered config"
     assert "context_length=4096, rendered 32768" in info.value.detail
@@ -293,14 +293,14 @@ def test_missing_log_marker_and_empty_chat_fail(lab: Any, tmp_path: Path) -> Non
 
     nodes.on_round = no_marker
     watch, _, _ = _watch(lab, tmp_path)
-    with pytest.raises(gates.GateFailure) as info:
+    with pytest.raises(bootwatch.GateFailure) as info:
         watch.run()
     assert info.value.gate == "log markers" and info.value.node == "spark-0"
 
     nodes.on_round = _boots()
     api.chat_text = "  "
     watch, _, _ = _watch(lab, tmp_path)
-    with pytest.raises(gates.GateFailure) as info:
+    with pytest.raises(bootwatch.GateFailure) as info:
         watch.run()
     assert info.value.gate == "chat completion" and "empty answer" in info.value.detail
 
@@ -309,12 +309,12 @@ def test_failed_qualify_fails_the_boot(lab: Any, tmp_path: Path) -> None:
     _, _, nodes, _ = lab
     nodes.on_round = _boots()
     watch, _, _ = _watch(lab, tmp_path, qualify=lambda: (False, "failed: arithmetic"))
-    with pytest.raises(gates.GateFailure) as info:
+    with pytest.raises(bootwatch.GateFailure) as info:
         watch.run()
     assert info.value.gate == "qualify --suite quick" and "arithmetic" in info.value.detail
 
 
 def test_redact() -> None:
     text = f"key={API_KEY} Authorization: Bearer abc.def other {API_KEY[:6]}"
-    out = gates.redact(text, [API_KEY, ""])
+    out = redact.redact(text, [API_KEY, ""])
     assert API_KEY not in out and "abc.def" not in out and API_KEY[:6] in out

@@ -34,7 +34,7 @@ def _log(ctx: typer.Context) -> Callable[[str], None]:
 
 
 def _parse_nvme(nvme_gib: int | None, per_node: list[str] | None) -> dict[str, int]:
-    from sparkctl.lab import topology as topo
+    from sparkctl_lab import topology as topo
 
     sizes: dict[str, int] = {}
     if nvme_gib is not None:
@@ -62,7 +62,7 @@ def up_cmd(
     ] = None,
 ) -> None:
     """Bring the lab up (idempotent) and write its inventory (default inventory/lab)."""
-    from sparkctl.lab import control
+    from sparkctl_lab import control
 
     inv = ctx.obj.inventory if ctx.obj.inventory is not None else DEFAULT_INVENTORY
     report = control.up(inv, _parse_nvme(nvme_gib, nvme), log=_log(ctx))
@@ -93,7 +93,7 @@ def up_cmd(
 @lab_app.command("down")
 def down_cmd(ctx: typer.Context) -> None:
     """Remove everything the lab made: containers, namespaces, links, mounts, loop devices, inventory."""
-    from sparkctl.lab import control
+    from sparkctl_lab import control
 
     left = control.down(log=_log(ctx))
     if _json(ctx):
@@ -109,7 +109,7 @@ def down_cmd(ctx: typer.Context) -> None:
 @lab_app.command("status")
 def status_cmd(ctx: typer.Context) -> None:
     """Machines, their state, init PID, management address and `systemctl is-system-running`."""
-    from sparkctl.lab import control
+    from sparkctl_lab import control
 
     rows = control.status()
     if _json(ctx):
@@ -131,7 +131,7 @@ def kill_cmd(
     ctx: typer.Context, machine: Annotated[str, typer.Argument(help="spark-K or lab-switch")]
 ) -> None:
     """Power a machine off hard (SIGKILL of its init; its NICs lose carrier and addresses)."""
-    from sparkctl.lab import control
+    from sparkctl_lab import control
 
     was_on = control.kill(machine)
     if _json(ctx):
@@ -147,7 +147,7 @@ def start_cmd(
     ctx: typer.Context, machine: Annotated[str, typer.Argument(help="spark-K or lab-switch")]
 ) -> None:
     """Power a machine on and wait until it answers SSH."""
-    from sparkctl.lab import control
+    from sparkctl_lab import control
 
     started = control.start(machine, log=_log(ctx))
     if _json(ctx):
@@ -177,7 +177,7 @@ def link_cmd(
     mgmt: Annotated[bool, typer.Option("--mgmt", help="The management cable instead of the fabric.")] = False,
 ) -> None:
     """Cut or restore a node's fabric link(s) at the lab switch (or its management link)."""
-    from sparkctl.lab import control
+    from sparkctl_lab import control
 
     touched = control.set_link(node, to is LinkState.up, [half.value] if half else None, mgmt=mgmt)
     if _json(ctx):
@@ -193,7 +193,7 @@ def mtu_cmd(
     mtu: Annotated[int, typer.Argument(help="New MTU (switch default 9216)")],
 ) -> None:
     """Set a lab switch port's MTU; frames above it really drop."""
-    from sparkctl.lab import control
+    from sparkctl_lab import control
 
     before = control.set_port_mtu(port, mtu)
     if _json(ctx):
@@ -213,7 +213,7 @@ def fill_cmd(
     clear: Annotated[bool, typer.Option("--clear", help="Remove the fill file.")] = False,
 ) -> None:
     """Fill a node's NVMe (a size-limited one from `lab up --nvme-gib`) to test "disk too small"."""
-    from sparkctl.lab import control
+    from sparkctl_lab import control
 
     result = control.fill_nvme(node, gib=gib, free_mib=free_mib, clear=clear)
     if _json(ctx):
@@ -233,7 +233,7 @@ def exec_cmd(
     ] = None,
 ) -> None:
     """Run a command inside a machine (all its namespaces), without SSH. Exit code is passed through."""
-    from sparkctl.lab import control, host, state
+    from sparkctl_lab import control, host, state
 
     host.require_root_linux("exec")
     control.check_machine(machine)

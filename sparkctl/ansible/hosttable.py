@@ -1,6 +1,6 @@
 """Live per-host progress of an Ansible run, and the summary printed after it.
 
-``HostTable`` is an ``on_event`` handler for :func:`sparkctl.runner.execute`: while the run goes,
+``HostTable`` is an ``on_event`` handler for :func:`sparkctl.ansible.runner.execute`: while the run goes,
 a rich ``Live`` table shows each host's current task and its ok/changed/failed counts; afterwards
 :func:`print_summary` prints the per-host totals, the failures and the artifacts path.
 """
@@ -18,7 +18,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from sparkctl import runner, ui
+from sparkctl import ui
+from sparkctl.ansible import runner
 
 
 @dataclass

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from sparkctl.errors import EXIT_USAGE, SparkctlError
-from sparkctl.lab import host, rootfs, state
-from sparkctl.lab import inventory as lab_inventory
-from sparkctl.lab import topology as topo
+from sparkctl_lab import host, rootfs, state
+from sparkctl_lab import inventory as lab_inventory
+from sparkctl_lab import topology as topo
 
 Log = Callable[[str], None]
 

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from sparkctl import gates, runner
+from sparkctl.ansible import runner
+from sparkctl.ansible.plan import Plan
 from sparkctl.cli import serve
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE
-from sparkctl.plan import Plan
+from sparkctl.serve import probe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 fakes = importlib.import_module("gates_fakes")
@@ -90,13 +91,13 @@ def test_up_when_ready_and_current_does_nothing(run_cli: Any, site: Site) -> Non
     for entry in site.doc["nodes"]:
         st = site.nodes.state[entry["name"]]
         st.unit = "active"
-        st.file_sha = gates.expected_hashes(site.cluster, entry)
+        st.file_sha = probe.expected_hashes(site.cluster, entry)
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == EXIT_OK, res.err
     assert site.books() == [] and "already up" in res.out
     # A changed environment file (or unit, or secret) means a restart, all ranks together.
     entry = site.doc["nodes"][1]
-    site.nodes.state[entry["name"]].file_sha = dict(gates.expected_hashes(site.cluster, entry),
+    site.nodes.state[entry["name"]].file_sha = dict(probe.expected_hashes(site.cluster, entry),
                                                    **{"/etc/sparkctl/rank.env": "0" * 64})
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == EXIT_OK, res.err

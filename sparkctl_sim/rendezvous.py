@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkctl.sim.config import Knobs, ServerConfig
-from sparkctl.sim.log import Log
+from sparkctl_sim.config import Knobs, ServerConfig
+from sparkctl_sim.log import Log
 
 HANDSHAKE_TIMEOUT_S = 10.0
 

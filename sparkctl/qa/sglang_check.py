@@ -27,6 +27,7 @@ import sys
 import tempfile
 import types
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -275,9 +276,10 @@ def check_argv(argv: Sequence[str], timeout_s: float = CHECK_TIMEOUT_S) -> list[
 
 def check_cluster(cluster: Any) -> list[str]:
     """Every node's rendered argv through SGLang's parser, in parallel; messages name the nodes."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    # sparkctl imports stay inside the functions the controller calls: this file also runs as a
+    # plain script under SGLang's interpreter (``check_argv``), where sparkctl is not importable.
     from sparkctl.render import rank_argv
+
 
     nodes = list(cluster.nodes)
     with ThreadPoolExecutor(max_workers=len(nodes) or 1) as pool:
@@ -291,7 +293,7 @@ def check_cluster(cluster: Any) -> list[str]:
 
 def ensure_accepted(cluster: Any) -> None:
     """Raise InputError (exit 2) quoting SGLang when it rejects a rendered argv."""
-    from sparkctl.errors import InputError
+    from sparkctl.errors import InputError  # inside: see check_cluster
 
     problems = check_cluster(cluster)
     if problems:

@@ -7,7 +7,7 @@ import threading
 import time
 from typing import TextIO
 
-from sparkctl.sim import SIM_TAG
+from sparkctl_sim import SIM_TAG
 
 
 class Log:

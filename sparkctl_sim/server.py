@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from sparkctl.sim import SGLANG_VERSION, tokenizer
-from sparkctl.sim.model import Prompt, Reply, RequestError, read_prompt
+from sparkctl_sim import SGLANG_VERSION, tokenizer
+from sparkctl_sim.model import Prompt, Reply, RequestError, read_prompt
 
 if TYPE_CHECKING:
-    from sparkctl.sim.rank import RankProcess
+    from sparkctl_sim.rank import RankProcess
 
 AUTH_EXEMPT = ("/health", "/ready", "/metrics")
 BATCH_WINDOW_S = 0.05

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkctl.errors import EXIT_USAGE, SparkctlError
-from sparkctl.lab import host
+from sparkctl_lab import host
 
 SUITE = "bookworm"
 VARIANT = "minbase"

@@ -29,8 +29,8 @@ from typing import Any
 
 import ansible_runner
 
+from sparkctl.ansible.plan import REPO_ROOT, Plan
 from sparkctl.errors import SparkctlError
-from sparkctl.plan import REPO_ROOT, Plan
 
 RUNS_DIR = REPO_ROOT / ".sparkctl" / "runs"
 

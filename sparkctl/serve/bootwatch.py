@@ -1,0 +1,402 @@
+"""The boot watch: after the units started, the gates in order with the memory guard running."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
+
+from sparkctl.serve.http import HttpAnswer, auth_headers, base_url, get, http_reason
+from sparkctl.serve.probe import FleetLike, NodeFacts, collect, launch, unit_name
+
+GIB = 1024**3
+SAMPLE_INTERVAL_S = 2.0   # memory guard and unit states, every node
+POLL_INTERVAL_S = 0.5     # HTTP gates between samples
+LOG_TAIL_LINES = 30
+
+
+# --- the boot watch -----------------------------------------------------------------------------
+
+
+class GateFailure(Exception):
+    """A gate failed: which gate, on which node, why, and that node's log tail."""
+
+    def __init__(self, gate: str, node: str | None, detail: str, log_tail: str = ""):
+        super().__init__(f"{gate}: {detail}")
+        self.gate = gate
+        self.node = node
+        self.detail = detail
+        self.log_tail = log_tail
+
+
+PHASES = ("unit", "health", "ready", "server_info", "markers", "chat", "qualify")
+WAIT, OK, FAIL, SKIP, PENDING = "wait", "ok", "fail", "skip", "-"
+
+
+@dataclass
+class RankRow:
+    name: str
+    rank: int
+    phases: dict[str, str] = field(default_factory=lambda: dict.fromkeys(PHASES, PENDING))
+    unit: str = "?"
+    mem_now: int | None = None
+    mem_min: int | None = None
+    note: str = ""
+
+
+@dataclass
+class BootState:
+    rows: dict[str, RankRow]
+    gate: str = "unit"
+    started: float = 0.0
+    elapsed: float = 0.0
+    samples: int = 0
+    done: bool = False
+
+
+def expected_server_info(cluster: Any, head_entry: Mapping[str, Any]) -> dict[str, str]:
+    """field -> rendered value, for the profile's server_info_fields, read from rank 0's argv."""
+    argv = list(launch(head_entry).get("argv") or [])
+    out: dict[str, str] = {}
+    for name in cluster.profile.gates.server_info_fields:
+        flag = "--" + name.replace("_", "-")
+        if flag in argv:
+            i = argv.index(flag)
+            out[name] = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else "true"
+    return out
+
+
+def same_value(actual: Any, expected: str) -> bool:
+    if isinstance(actual, bool):
+        return str(actual).lower() == expected.lower()
+    if isinstance(actual, int | float) and not isinstance(actual, bool):
+        try:
+            return float(actual) == float(expected)
+        except ValueError:
+            return False
+    return str(actual) == expected
+
+
+def compare_server_info(info: Mapping[str, Any], expected: Mapping[str, str]) -> list[str]:
+    problems = []
+    for key, want in expected.items():
+        if key not in info:
+            problems.append(f"{key} missing (want {want})")
+        elif not same_value(info[key], want):
+            problems.append(f"{key}={info[key]!r}, rendered {want}")
+    return problems
+
+
+def served_model(cluster: Any, head_entry: Mapping[str, Any]) -> str:
+    argv = list(launch(head_entry).get("argv") or [])
+    if "--served-model-name" in argv:
+        return argv[argv.index("--served-model-name") + 1]
+    return str(cluster.paths.model_dir)
+
+
+class BootWatch:
+    """Wait for the gates in order while guarding memory; raise GateFailure on the first failure."""
+
+    def __init__(
+        self,
+        cluster: Any,
+        doc: Mapping[str, Any],
+        fleet: FleetLike,
+        http: httpx.Client,
+        api_key: str | None,
+        record_dir: Path | None = None,
+        on_update: Callable[[BootState], None] | None = None,
+        qualify: Callable[[], tuple[bool, str]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        interval: float = SAMPLE_INTERVAL_S,
+        poll: float = POLL_INTERVAL_S,
+    ):
+        self.cluster = cluster
+        self.doc = doc
+        self.fleet = fleet
+        self.http = http
+        self.api_key = api_key
+        self.record_dir = record_dir
+        self.on_update = on_update
+        self.qualify = qualify
+        self.clock = clock
+        self.sleep = sleep
+        self.interval = interval
+        self.poll = poll
+        self._last_sample: float | None = None
+        self.gates = cluster.profile.gates
+        self.floor = float(cluster.profile.memory.floor_gib) * GIB
+        self.entries = {e["name"]: e for e in doc["nodes"]}
+        self.head = next(e for e in doc["nodes"] if int(e["rank"]) == 0)
+        self.unit = unit_name(doc)
+        self.state = BootState({e["name"]: RankRow(e["name"], int(e["rank"])) for e in doc["nodes"]})
+        for row in self.state.rows.values():
+            if row.rank != 0:
+                for phase in ("ready", "server_info", "chat", "qualify"):
+                    row.phases[phase] = SKIP
+        self.server_info: dict[str, Any] = {}
+        self.min_seen: dict[str, int] = {}
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _emit(self) -> None:
+        self.state.elapsed = self.clock() - self.state.started
+        if self.on_update is not None:
+            self.on_update(self.state)
+
+    def _record(self, name: str, payload: Any, append: bool = False) -> None:
+        if self.record_dir is None:
+            return
+        self.record_dir.mkdir(parents=True, exist_ok=True)
+        path = self.record_dir / name
+        if append:
+            with path.open("a") as f:
+                f.write(json.dumps(payload) + "\n")
+        else:
+            path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
+
+    def log_tail(self, node: str, lines: int = LOG_TAIL_LINES) -> str:
+        cmd = f"journalctl -u {self.unit} -n {lines} --no-pager -o short-iso 2>&1 || true\n"
+        res = self.fleet.run({node: cmd}, timeout=15, only=[node])[node]
+        return res.stdout.strip() if res.reachable else f"(log unavailable: {res.error})"
+
+    def fail(self, gate: str, node: str | None, detail: str, phase: str | None = None) -> GateFailure:
+        if node is not None and phase is not None:
+            self.state.rows[node].phases[phase] = FAIL
+            self.state.rows[node].note = detail[:80]
+        self._emit()
+        tail = self.log_tail(node) if node is not None else ""
+        self._record("boot-state.json", {"status": "FAILED", "gate": gate, "node": node, "detail": detail,
+                                         "min_mem_available": self.min_seen})
+        return GateFailure(gate, node, detail, tail)
+
+    def _deadline(self) -> float:
+        return self.state.started + float(self.gates.boot_timeout_s)
+
+    # -- sampling -------------------------------------------------------------------------------
+
+    def sample(self) -> dict[str, NodeFacts]:
+        """One round of the watch probe on every node: unit states and the memory guard."""
+        self._last_sample = self.clock()
+        facts = collect(self.cluster, self.doc, self.fleet, "watch", timeout=10)
+        now = time.time()
+        for name, f in facts.items():
+            row = self.state.rows[name]
+            if not f.reachable or f.error:
+                raise self.fail("node reachable", name, f.error or "no answer", "unit")
+            row.unit = f.active
+            mem = f.mem_available
+            if mem is not None:
+                row.mem_now = mem
+                row.mem_min = mem if row.mem_min is None else min(row.mem_min, mem)
+                self.min_seen[name] = row.mem_min
+            self._record("memory-samples.jsonl", {"t": now, "node": name, "rank": row.rank,
+                                                  "mem_available": mem, "unit": row.unit}, append=True)
+        self.state.samples += 1
+        for name in facts:
+            row = self.state.rows[name]
+            if row.mem_now is not None and row.mem_now < self.floor:
+                lowest = row.mem_min if row.mem_min is not None else row.mem_now
+                raise self.fail(
+                    "memory guard", name,
+                    f"MemAvailable fell to {row.mem_now / GIB:.2f} GiB (minimum seen {lowest / GIB:.2f} GiB)"
+                    f" below the floor {self.floor / GIB:.2f} GiB", "unit")
+        for name, f in facts.items():
+            row = self.state.rows[name]
+            if row.phases["unit"] == OK and f.active != "active":
+                unit = f.unit
+                raise self.fail("rank unit exited", name,
+                                f"{self.unit} is {f.active} (result {unit.get('result')}, "
+                                f"exit status {unit.get('exit_status')})", "unit")
+        return facts
+
+    def _wait(self, gate: str, check: Callable[[], bool], node_on_timeout: Callable[[], str | None],
+              phase: str) -> None:
+        """Poll ``check`` (after a memory/unit sample) until true or the boot deadline passes."""
+        self.state.gate = gate
+        while True:
+            if self._last_sample is None or self.clock() - self._last_sample >= self.interval:
+                self.sample()
+            if check():
+                self._emit()
+                return
+            self._emit()
+            if self.clock() > self._deadline():
+                node = node_on_timeout()
+                raise self.fail(gate, node, f"not reached within {self.gates.boot_timeout_s} s", phase)
+            self.sleep(self.poll)
+
+    # -- the gates ------------------------------------------------------------------------------
+
+    def run(self) -> BootState:
+        self.state.started = self.clock()
+        rows = self.state.rows
+        timeout = float(self.gates.health_timeout_s)
+        head_url = base_url(self.cluster, self.cluster.head)
+        headers = auth_headers(self.api_key)
+
+        for row in rows.values():
+            row.phases["unit"] = WAIT
+        unit_deadline = self.clock() + min(60.0, float(self.gates.boot_timeout_s))
+
+        def units_active() -> bool:
+            facts = self._last_units()
+            for name, state in facts.items():
+                if state == "active":
+                    rows[name].phases["unit"] = OK
+                elif state in ("failed", "inactive") or self.clock() > unit_deadline:
+                    raise self.fail("unit active", name, f"{self.unit} is {state}", "unit")
+            return all(r.phases["unit"] == OK for r in rows.values())
+
+        self._wait("unit active", units_active, lambda: None, "unit")
+
+        workers = [n for n, r in rows.items() if r.rank != 0]
+        nodes = {n.name: n for n in self.cluster.nodes}
+        for name in workers:
+            rows[name].phases["health"] = WAIT
+
+        def workers_healthy() -> bool:
+            for name in workers:
+                if rows[name].phases["health"] == OK:
+                    continue
+                ans = get(self.http, f"{base_url(self.cluster, nodes[name])}/health", timeout)
+                if ans.ok:
+                    rows[name].phases["health"] = OK
+                    rows[name].note = ""
+                else:
+                    rows[name].note = f"/health {ans.code or ans.error}"
+            return all(rows[n].phases["health"] == OK for n in workers)
+
+        def first_unhealthy() -> str | None:
+            return next((n for n in workers if rows[n].phases["health"] != OK), None)
+
+        self._wait("worker /health", workers_healthy, first_unhealthy, "health")
+        head = self.head["name"]
+        rows[head].phases["ready"] = WAIT
+
+        def head_ready() -> bool:
+            ans = get(self.http, f"{head_url}/ready", timeout)
+            if ans.ok:
+                rows[head].phases["ready"] = OK
+                rows[head].phases["health"] = OK
+                rows[head].note = ""
+                return True
+            rows[head].note = f"/ready {ans.code or ans.error}"
+            return False
+
+        self._wait("rank 0 /ready", head_ready, lambda: head, "ready")
+
+        rows[head].phases["server_info"] = WAIT
+        self._emit()
+        info = self._retrying(lambda: get(self.http, f"{head_url}/server_info", timeout, headers))
+        if not info.ok or not isinstance(info.body, dict):
+            raise self.fail("/server_info", head, f"answered {info.code or info.error}", "server_info")
+        self.server_info = info.body
+        self._record("server-info.json", info.body)
+        problems = compare_server_info(info.body, expected_server_info(self.cluster, self.head))
+        if problems:
+            raise self.fail("/server_info equals the rendered config", head, "; ".join(problems),
+                            "server_info")
+        rows[head].phases["server_info"] = OK
+
+        self.check_markers()
+
+        rows[head].phases["chat"] = WAIT
+        self._emit()
+        ok, detail = self.chat(head_url, headers, max(timeout, 30.0))
+        if not ok:
+            raise self.fail("chat completion", head, detail, "chat")
+        rows[head].phases["chat"] = OK
+        rows[head].note = detail[:80]
+
+        if self.gates.qualify_on_up and self.qualify is not None:
+            rows[head].phases["qualify"] = WAIT
+            self._emit()
+            ok, detail = self.qualify()
+            if not ok:
+                raise self.fail("qualify --suite quick", head, detail, "qualify")
+            rows[head].phases["qualify"] = OK
+        else:
+            rows[head].phases["qualify"] = SKIP
+        self.state.done = True
+        self.state.gate = "ready"
+        self._emit()
+        self._record("boot-state.json", {"status": "READY", "seconds": round(self.state.elapsed, 2),
+                                         "min_mem_available": self.min_seen})
+        return self.state
+
+    def _last_units(self) -> dict[str, str]:
+        return {n: r.unit for n, r in self.state.rows.items()}
+
+    def _retrying(self, call: Callable[[], HttpAnswer]) -> HttpAnswer:
+        """A just-ready server may drop the first request: three tries, one second apart."""
+        answer = HttpAnswer(None, None, "not tried")
+        for attempt in Retrying(stop=stop_after_attempt(3), wait=wait_fixed(1), reraise=False,
+                                retry=retry_if_exception_type(_Retry)):
+            with attempt:
+                answer = call()
+                if answer.code is None or answer.code >= 500:
+                    raise _Retry()
+        return answer
+
+    def check_markers(self) -> None:
+        markers = list(self.gates.log_markers)
+        rows = self.state.rows
+        if not markers:
+            for row in rows.values():
+                row.phases["markers"] = SKIP
+            return
+        self.state.gate = "log markers"
+        for row in rows.values():
+            row.phases["markers"] = WAIT
+        self._emit()
+        patterns = sorted({m.pattern for m in markers})
+        facts = collect(self.cluster, self.doc, self.fleet, "markers", timeout=30,
+                        extra={"patterns": patterns})
+        for name, f in facts.items():
+            row = rows[name]
+            counts = (f.data.get("markers") or {}) if f.reachable else {}
+            for m in markers:
+                if m.ranks == "head" and row.rank != 0:
+                    continue
+                n = int(counts.get(m.pattern, 0))
+                good = n == m.count if m.count is not None else n >= 1
+                if not good and m.required:
+                    want = f"exactly {m.count}" if m.count is not None else "at least one"
+                    raise self.fail("log markers", name, f"{m.pattern!r}: {n} lines, want {want}", "markers")
+            row.phases["markers"] = OK
+        self._emit()
+
+    def chat(self, url: str, headers: Mapping[str, str], timeout: float) -> tuple[bool, str]:
+        body = {
+            "model": served_model(self.cluster, self.head),
+            "messages": [{"role": "user", "content": "What is 19 + 23? Answer with the number only."}],
+            "max_tokens": 16,
+            "temperature": 0,
+        }
+        try:
+            resp = self.http.post(f"{url}/v1/chat/completions", json=body, headers=dict(headers),
+                                  timeout=timeout)
+        except httpx.HTTPError as exc:
+            return False, http_reason(exc)
+        if resp.status_code != 200:
+            return False, f"HTTP {resp.status_code}: {resp.text[:200]}"
+        try:
+            choice = resp.json()["choices"][0]
+            text = choice["message"]["content"] or ""
+        except (ValueError, KeyError, IndexError, TypeError):
+            return False, f"not a chat completion: {resp.text[:200]}"
+        if not text.strip():
+            return False, f"empty answer (finish_reason {choice.get('finish_reason')})"
+        return True, f"answered {text.strip()[:40]!r}"
+
+
+class _Retry(Exception):
+    pass

@@ -1,0 +1,169 @@
+"""The node probe: one SSH round per node runs ``sparkctl.nodeside.probe`` and returns its facts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from sparkctl.ssh.fleet import HostResult, Target
+
+PROBE_SOURCE = Path(__file__).resolve().parent.parent / "nodeside" / "probe.py"
+# Command-line words of a rank process, whatever the runtime (an earlier run still alive).
+RANK_PROCESS_WORDS = ("sglang serve", "sglang.launch_server", "sparkctl-sim-rank", "sparkctl_sim.rank")
+
+
+
+class FleetLike(Protocol):
+    targets: Mapping[str, Target]
+
+    def run(
+        self, script: Any, timeout: float = ..., only: Iterable[str] | None = ...
+    ) -> dict[str, HostResult]: ...
+
+
+# --- the node probe -----------------------------------------------------------------------------
+
+
+def probe_script(params: Mapping[str, Any]) -> str:
+    """Shell text that runs node_probe.py with ``params`` under python3 (sent on stdin, not argv)."""
+    source = PROBE_SOURCE.read_text()
+    call = f"\nmain(json.loads({json.dumps(json.dumps(dict(params)))}))\n"
+    return "exec python3 - <<'SPARKCTL_PROBE_EOF'\n" + source + call + "SPARKCTL_PROBE_EOF\n"
+
+
+def launch(entry: Mapping[str, Any]) -> Mapping[str, Any]:
+    return entry.get("rank_launch") or {}
+
+
+def unit_name(doc: Mapping[str, Any]) -> str:
+    return str(launch(doc["nodes"][0]).get("unit_name", "sparkctl-rank.service"))
+
+
+def probe_params(cluster: Any, entry: Mapping[str, Any], mode: str) -> dict[str, Any]:
+    """What the probe needs to know about one node (all from the plan document and the model)."""
+    rl = launch(entry)
+    name = str(rl.get("unit_name", "sparkctl-rank.service"))
+    params: dict[str, Any] = {"mode": mode, "unit": name}
+    if mode == "watch":
+        params["health_port"] = cluster.ports.api
+        return params
+    if mode == "markers":
+        return params
+    unit_file = f"/etc/systemd/system/{name}"
+    params.update(
+        unit_file=unit_file,
+        hash_files=[unit_file, *rank_files(entry)],
+        netdevs=[p["netdev"] for p in entry.get("fabric", [])],
+        rank=int(entry["rank"]),
+        tp=int(cluster.profile.tp_size),
+    )
+    if _needs_shards(cluster):
+        params["engram_dir"] = str(cluster.paths.engram_dir)
+    if mode == "preflight":
+        argv = list(rl.get("argv") or [])
+        params.update(
+            model_dir=str(cluster.paths.model_dir),
+            runtime=cluster.runtime.kind,
+            image=cluster.runtime.image,
+            venv_path=str(cluster.runtime.venv_path) if cluster.runtime.venv_path else None,
+            program=argv[0] if argv else None,
+            process_words=list(RANK_PROCESS_WORDS),
+            hca_ips=[[p["hca"], p["ip"]] for p in entry.get("fabric", [])],
+        )
+    return params
+
+
+def rank_files(entry: Mapping[str, Any]) -> list[str]:
+    """The rank's files besides the unit: its environment file and its secrets config(s)."""
+    rl = launch(entry)
+    argv = list(rl.get("argv") or [])
+    files = [str(rl["env_file"])] if rl.get("env_file") else []
+    return files + [f for f in entry.get("secret_files", []) if f in argv]
+
+
+def expected_hashes(cluster: Any, entry: Mapping[str, Any]) -> dict[str, str]:
+    """SHA-256 of what the rank role writes (secrets substituted here, only to hash them)."""
+    import hashlib
+
+    rl = launch(entry)
+    texts = {f"/etc/systemd/system/{rl.get('unit_name', 'sparkctl-rank.service')}": str(rl.get("unit", ""))}
+    for path in rank_files(entry):
+        text = str(entry.get("files", {}).get(path, ""))
+        if path in entry.get("secret_files", []):
+            for name, ref in cluster.secrets.items():
+                marker = f"<secret:{name}>"
+                if marker in text:
+                    text = text.replace(marker, ref.resolve())
+        texts[path] = text
+    return {path: hashlib.sha256(text.encode()).hexdigest() for path, text in texts.items()}
+
+
+def _needs_shards(cluster: Any) -> bool:
+    """A profile whose ranks read packed Engram shards (DSV41_PACKED_DIR) needs them staged."""
+    return "DSV41_PACKED_DIR" in (cluster.profile.env or {})
+
+
+@dataclass
+class NodeFacts:
+    """One node as the probe saw it."""
+
+    name: str
+    rank: int
+    reachable: bool
+    error: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def unit(self) -> dict[str, Any]:
+        return dict(self.data.get("unit") or {})
+
+    @property
+    def active(self) -> str:
+        unit = self.unit
+        if "error" in unit:
+            return "unknown"
+        return str(unit.get("active", "unknown"))
+
+    @property
+    def mem_available(self) -> int | None:
+        mem = self.data.get("mem") or {}
+        value = mem.get("MemAvailable")
+        return int(value) if value is not None else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "rank": self.rank, "reachable": self.reachable, "error": self.error,
+                **self.data}
+
+
+def collect(cluster: Any, doc: Mapping[str, Any], fleet: FleetLike, mode: str,
+            timeout: float = 15.0, only: Iterable[str] | None = None,
+            extra: Mapping[str, Any] | None = None) -> dict[str, NodeFacts]:
+    """Run the probe in ``mode`` on every node (or ``only`` some) at once; parse what came back."""
+    entries = {e["name"]: e for e in doc["nodes"]}
+    names = list(only) if only is not None else [e["name"] for e in doc["nodes"]]
+    scripts = {}
+    for n in names:
+        params = probe_params(cluster, entries[n], mode)
+        params.update(extra or {})
+        scripts[n] = probe_script(params)
+    results = fleet.run(scripts, timeout=timeout, only=names)
+    out: dict[str, NodeFacts] = {}
+    for n in names:
+        res = results[n]
+        rank = int(entries[n]["rank"])
+        if not res.reachable:
+            out[n] = NodeFacts(n, rank, False, res.error)
+            continue
+        try:
+            data = json.loads(res.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            why = (res.stderr.strip().splitlines() or [f"probe exited {res.rc} with no output"])[-1]
+            out[n] = NodeFacts(n, rank, True, f"probe failed: {why[:200]}")
+            continue
+        out[n] = NodeFacts(n, rank, True, None, data)
+    return out
+
+

@@ -1,0 +1,1 @@
+"""SSH fan-out for the fast reads (status, logs, bundle, stage progress): host keys always verified."""

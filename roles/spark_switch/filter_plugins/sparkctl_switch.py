@@ -1,0 +1,135 @@
+"""Filters of the spark_switch role: read what a switch answered, pick backups to prune, show a diff.
+
+Standard library only (they run inside Ansible on the controller); unit-tested with transcripts of
+device answers in tests/fixtures/switch/.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+
+# RouterOS reports a failing command with one of these (any line, any position). `/import
+# verbose=yes` runs the script line by line and carries on after a failure, so the only safe
+# reading is: one such line anywhere means the import did not do what the script says.
+ROUTEROS_ERROR_PATTERNS = (
+    r"\bfailure:",
+    r"\berror\b",
+    r"\bexpected (end of command|command name|closing brace|variable name)\b",
+    r"\bsyntax error\b",
+    r"\bbad command name\b",
+    r"\bno such item\b",
+    r"\bno such command( or directory)?\b",
+    r"\binvalid (value|argument|internal item number)\b",
+    r"\binput does not match any value\b",
+    r"\bambiguous value\b",
+    r"\bvalue of \S+ (out of range|must be)\b",
+    r"\bnot enough permissions\b",
+    r"\bcould not\b",
+    r"\bcan ?not\b",
+    r"\bunknown parameter\b",
+    r"\b(missing|unexpected) (value|argument)",
+    r"\(line \d+ column \d+\)",
+    r"\binterrupted\b",
+)
+_ROUTEROS_ERROR = re.compile("|".join(ROUTEROS_ERROR_PATTERNS), re.IGNORECASE)
+_ROUTEROS_OK = "Script file loaded and executed successfully"
+# `/import verbose=yes` echoes each script line as it runs it; a comment echo is not an answer.
+_ECHO = re.compile(r"^\s*(#|/|:|add |set |remove )")
+
+
+def _lines(output: object) -> list[str]:
+    if isinstance(output, list | tuple):
+        return [line for item in output for line in _lines(item)]
+    return str(output or "").replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+
+def routeros_import_errors(output: object) -> list[str]:
+    """Every line of an `/import` answer that reports a failure ([] when the import went through).
+
+    An answer that neither reports an error nor says the script ran (an empty answer, a cut
+    session) counts as a failure too: silence is not success.
+    """
+    errors: list[str] = []
+    seen_ok = False
+    last_command = ""
+    for raw in _lines(output):
+        line = raw.strip()
+        if not line:
+            continue
+        if _ROUTEROS_OK.lower() in line.lower():
+            seen_ok = True
+            continue
+        if _ECHO.match(line):  # an echoed script line: its text (a comment=...) is not an answer
+            last_command = line
+            continue
+        if _ROUTEROS_ERROR.search(line):
+            errors.append(f"{line}  [after: {last_command}]" if last_command else line)
+    if not errors and not seen_ok:
+        errors.append("the switch did not confirm the import (no 'Script file loaded and executed "
+                      "successfully' in its answer)")
+    return errors
+
+
+def routeros_backups(listing: object, prefix: str = "sparkctl-backup-") -> list[str]:
+    """Backup base names (no extension) found in a `/file print terse` answer, oldest first."""
+    names: set[str] = set()
+    for line in _lines(listing):
+        m = re.search(r"\bname=(?:\"([^\"]+)\"|(\S+))", line)
+        if not m:
+            continue
+        name = (m.group(1) or m.group(2)).rsplit("/", 1)[-1]
+        if name.startswith(prefix):
+            names.add(re.sub(r"\.(backup|rsc)$", "", name))
+    return sorted(names)  # the names carry a UTC timestamp: sorted = oldest first
+
+
+def backups_to_prune(names: Iterable[str], keep: int) -> list[str]:
+    """The oldest backups beyond the newest ``keep`` (sorted names, oldest first)."""
+    ordered = sorted(set(names))
+    keep = max(int(keep), 1)
+    return ordered[:-keep] if len(ordered) > keep else []
+
+
+def config_lines(text: object) -> list[str]:
+    """Configuration lines without comments, blank lines or RouterOS export headers."""
+    return [line.rstrip() for line in _lines(text) if line.strip() and not line.lstrip().startswith("#")]
+
+
+def unified_diff(before: object, after: object, before_name: str = "running",
+                 after_name: str = "candidate") -> str:
+    """A unified diff of two configurations (comments ignored); '' when they are the same."""
+    return "".join(
+        f"{line}\n" if not line.endswith("\n") else line
+        for line in difflib.unified_diff(config_lines(before), config_lines(after),
+                                         before_name, after_name, lineterm="")
+    )
+
+
+def nvue_revisions(history: object) -> list[str]:
+    """Applied revision ids in `nv config history` output, most recent first."""
+    found: list[str] = []
+    for line in _lines(history):
+        m = re.match(r"\s*-?\s*rev_id\s*:\s*(\S+)", line)
+        if m and m.group(1) not in found:
+            found.append(m.group(1).strip("'\","))
+    return found
+
+
+def nvue_last_applied(history: object) -> str | None:
+    """The revision applied now (the most recent in `nv config history`), or None."""
+    revisions = nvue_revisions(history)
+    return revisions[0] if revisions else None
+
+
+class FilterModule:
+    def filters(self) -> dict[str, object]:
+        return {
+            "sparkctl_routeros_import_errors": routeros_import_errors,
+            "sparkctl_routeros_backups": routeros_backups,
+            "sparkctl_backups_to_prune": backups_to_prune,
+            "sparkctl_unified_diff": unified_diff,
+            "sparkctl_nvue_last_applied": nvue_last_applied,
+            "sparkctl_nvue_revisions": nvue_revisions,
+        }

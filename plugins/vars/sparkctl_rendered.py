@@ -5,12 +5,13 @@ loaded with sparkctl's own model (`sparkctl.model.load_inventory`) and rendered 
 `sparkctl.render`, so roles never re-derive argv, env, unit, netplan, QoS, firewall or switch text:
 
   spark hosts:  sparkctl_rendered = that node's entry of `sparkctl plan --json` (files, file_modes,
-                rank_launch, fabric, ...), sparkctl_cluster = cluster-wide facts,
-                sparkctl_secret_refs = {name: {env|file, marker}} (references, never values)
+                rank_launch, nccl_check, fabric, ...), sparkctl_cluster = the cluster's facts
+                (`sparkctl.render.cluster_facts`, the same dict `validate --json` prints)
   switch host:  sparkctl_rendered = {type, name, file, switch_config}, sparkctl_cluster as above
 
-Secrets appear only as "<secret:NAME>" markers. A bad inventory stops Ansible with sparkctl's own
-message listing every problem. Enabled in ansible.cfg (vars_plugins_enabled).
+Secrets appear only as "<secret:NAME>" markers; their values are read at task time by the
+spark_rank role's sparkctl_rank_secrets lookup, never put into hostvars. A bad inventory stops
+Ansible with sparkctl's own message listing every problem. Enabled in ansible.cfg (vars_plugins_enabled).
 """
 
 from __future__ import annotations
@@ -66,69 +67,6 @@ def _stamp(inv: Path):
     return tuple((str(p), p.stat().st_mtime_ns) for p in files if p.is_file())
 
 
-def _cluster_facts(cluster):
-    head = cluster.head
-    return {
-        "name": cluster.name,
-        "profile": cluster.profile.name,
-        "runtime": cluster.runtime.kind,
-        "head": head.name,
-        "bootstrap_ips": {k: str(v) for k, v in cluster.bootstrap_ips.items()},
-        "nodes": [
-            {
-                "name": n.name,
-                "rank": n.rank,
-                "mgmt": str(n.mgmt_ip),
-                "fabric": [
-                    {"netdev": str(p.netdev), "hca": str(p.hca), "ip": str(p.ip)} for p in n.fabric_ports
-                ],
-            }
-            for n in cluster.nodes
-        ],
-        "switch": (
-            None if cluster.switch is None else {"name": cluster.switch.name, "type": cluster.switch.type}
-        ),
-        "image": cluster.runtime.image,
-        "venv_path": None if cluster.runtime.venv_path is None else str(cluster.runtime.venv_path),
-        "mgmt": {"subnet": str(cluster.mgmt.subnet), "interface": str(cluster.mgmt.interface)},
-        "fabric": {
-            "subnets": [str(s) for s in cluster.fabric.subnets],
-            "mtu": cluster.fabric.mtu,
-            "bootstrap_over": cluster.fabric.bootstrap_over,
-            "stage_over_fabric": cluster.fabric.stage_over_fabric,
-        },
-        "host_qos": cluster.fabric.host_qos,
-        "ports": {
-            "dist_init": cluster.ports.dist_init,
-            "api": cluster.ports.api,
-            "nccl_test": cluster.ports.nccl_test,
-        },
-        "api_allow": [str(s) for s in cluster.api_allow],
-        "paths": {k: str(v) for k, v in cluster.paths.model_dump().items()},
-        "served_model_name": cluster.profile.served_model_name,
-    }
-
-
-def _secret_refs(cluster):
-    """Where each secret comes from (env var or controller file), never its value.
-
-    Roles resolve them on the controller with lookup('env'|'file') under no_log, and put the value
-    where the rendered file shows "<secret:NAME>" (the marker).
-    """
-    refs = {}
-    for name, ref in cluster.secrets.items():
-        entry = {"marker": f"<secret:{name}>"}
-        if ref.env is not None:
-            entry["env"] = ref.env
-        else:
-            file = Path(ref.file).expanduser()
-            if not file.is_absolute():
-                file = (Path(cluster.inventory_dir) / file).resolve()
-            entry["file"] = str(file)
-        refs[name] = entry
-    return refs
-
-
 def _rendered(inv: Path):
     key = str(inv)
     stamp = _stamp(inv)
@@ -144,14 +82,12 @@ def _rendered(inv: Path):
         text = str(exc) + "".join(f"\n  - {d}" for d in details) + (f"\n  {hint}" if hint else "")
         raise AnsibleError(f"sparkctl inventory {inv}: {text}") from exc
     doc = render.plan_document(cluster)
-    facts = _cluster_facts(cluster)
-    refs = _secret_refs(cluster)
+    facts = render.cluster_facts(cluster)
     per_host = {}
     for entry in doc["nodes"]:
         per_host[entry["name"]] = {
             "sparkctl_rendered": entry,
             "sparkctl_cluster": facts,
-            "sparkctl_secret_refs": refs,
         }
     sw = doc.get("switch") or {}
     if cluster.switch is not None:

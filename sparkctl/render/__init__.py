@@ -10,15 +10,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkctl.render import common, host, rank, switch
+from sparkctl.render import common, facts, host, rank, switch
 from sparkctl.render.common import secret_mark
+from sparkctl.render.facts import cluster_facts, node_facts
 from sparkctl.render.rank import rank_argv, rank_env
 from sparkctl.render.switch import switch_config
 
 __all__ = [
+    "cluster_facts",
     "common",
+    "facts",
     "host",
     "node_entry",
+    "node_facts",
     "plan_document",
     "rank",
     "rank_argv",
@@ -73,13 +77,9 @@ def node_entry(cluster: Cluster, node: Node) -> dict[str, Any]:
         launch["container"] = rank.container_name(cluster, node)
         launch["image"] = str(cluster.runtime.image)
     return {
-        "name": node.name,
-        "rank": node.rank,
-        "role": "head" if node.rank == 0 else "worker",
-        "mgmt": str(node.mgmt_ip),
-        "bootstrap_ip": str(cluster.bootstrap_ips[node.name]),
-        "fabric": [{"netdev": str(p.netdev), "hca": str(p.hca), "ip": str(p.ip)} for p in node.fabric_ports],
+        **node_facts(cluster, node),
         "rank_launch": launch,
+        "nccl_check": rank.nccl_check(cluster, node),
         "files": files,
         "file_modes": modes,
         "secret_files": [path for path, text in files.items() if common.SECRET_PREFIX in text],

@@ -23,6 +23,7 @@ QOS_UNIT_NAME = "sparkctl-roce-qos.service"
 QOS_UNIT_FILE = f"/etc/systemd/system/{QOS_UNIT_NAME}"
 QOS_LINK_HOOK = "/etc/networkd-dispatcher/configured.d/50-sparkctl-roce-qos"
 FIREWALL_FILE = f"{ETC_DIR}/firewall.nft"
+FIREWALL_DROPIN_DIR = f"{ETC_DIR}/firewall.d"
 FIREWALL_UNIT_NAME = "sparkctl-firewall.service"
 FIREWALL_UNIT_FILE = f"/etc/systemd/system/{FIREWALL_UNIT_NAME}"
 
@@ -31,6 +32,13 @@ CONTAINER_MODEL_ROOT = "/models"
 CONTAINER_ENGRAM_DIR = "/engram"
 CONTAINER_CACHE_DIR = "/cache"
 CONTAINER_STATE_DIR = "/state"
+
+# The NCCL all-reduce of `sparkctl check fabric`: the script and its environment file on the node
+# (a tmpfs, gone at reboot) and the script's path inside the container.
+NCCL_CHECK_DIR = "/run/sparkctl"
+NCCL_CHECK_SCRIPT = f"{NCCL_CHECK_DIR}/nccl_allreduce.py"
+NCCL_CHECK_ENV_FILE = f"{NCCL_CHECK_DIR}/nccl-check.env"
+CONTAINER_NCCL_SCRIPT = "/nccl_allreduce.py"
 
 # Programs the rank unit starts.
 DOCKER = "/usr/bin/docker"

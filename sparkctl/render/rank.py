@@ -7,6 +7,8 @@ that SGLang merges into its arguments through ``--config``.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -117,14 +119,27 @@ def rank_env(cluster: Cluster, node: Node) -> dict[str, str]:
     return env
 
 
-def container_command(cluster: Cluster, node: Node) -> list[str]:
-    """`docker run` of the pinned image with the rank's argv (container runtime)."""
-    paths = cluster.paths
-    run_dir = PurePosixPath(paths.run_dir)
-    argv = rank_argv(cluster, node)
-    cmd = [
-        c.DOCKER, "run",
-        "--name", container_name(cluster, node),
+def docker_run(
+    cluster: Cluster,
+    name: str,
+    mounts: Sequence[str],
+    entrypoint: str,
+    argv: Sequence[str],
+    *,
+    remove: bool = False,
+    env_file: str = c.RANK_ENV_FILE,
+) -> list[str]:
+    """`docker run` of the pinned image: the one set of flags every container sparkctl starts gets.
+
+    Host network and IPC, the GPUs and the RDMA devices, locked memory and many open files, the
+    environment from a file (never ``-e KEY=VALUE`` on the command line), and never a pull: the
+    image is put on the nodes by provision, pinned by digest.
+    """
+    cmd = [c.DOCKER, "run"]
+    if remove:
+        cmd.append("--rm")
+    cmd += [
+        "--name", name,
         "--pull", "never",
         "--network", "host",
         "--ipc", "host",
@@ -133,16 +148,85 @@ def container_command(cluster: Cluster, node: Node) -> list[str]:
         "--ulimit", "nofile=1048576:1048576",
         "--gpus", "all",
         "--device", "/dev/infiniband",
-        "--env-file", c.RANK_ENV_FILE,
-        "--mount", f"type=bind,src={paths.model_dir},dst={container_model_dir(cluster)},readonly",
-        "--mount", f"type=bind,src={paths.engram_dir},dst={c.CONTAINER_ENGRAM_DIR},readonly",
-        "--mount", f"type=bind,src={run_dir / 'cache'},dst={c.CONTAINER_CACHE_DIR}",
-        "--mount", f"type=bind,src={run_dir / 'state'},dst={c.CONTAINER_STATE_DIR}",
+        "--env-file", env_file,
+    ]
+    for mount in mounts:
+        cmd += ["--mount", mount]
+    cmd += ["--entrypoint", entrypoint, str(cluster.runtime.image), *argv]
+    return cmd
+
+
+def bind(src: Any, dst: str, readonly: bool = False) -> str:
+    """One ``--mount`` value: a bind mount of a host path."""
+    return f"type=bind,src={src},dst={dst}" + (",readonly" if readonly else "")
+
+
+def container_command(cluster: Cluster, node: Node) -> list[str]:
+    """`docker run` of the pinned image with the rank's argv (container runtime)."""
+    paths = cluster.paths
+    run_dir = PurePosixPath(paths.run_dir)
+    argv = rank_argv(cluster, node)
+    mounts = [
+        bind(paths.model_dir, container_model_dir(cluster), readonly=True),
+        bind(paths.engram_dir, c.CONTAINER_ENGRAM_DIR, readonly=True),
+        bind(run_dir / "cache", c.CONTAINER_CACHE_DIR),
+        bind(run_dir / "state", c.CONTAINER_STATE_DIR),
     ]
     if has_rank_secrets(cluster):
-        cmd += ["--mount", f"type=bind,src={c.RANK_SECRETS_FILE},dst={c.RANK_SECRETS_FILE},readonly"]
-    cmd += ["--entrypoint", argv[0], str(cluster.runtime.image), *argv[1:]]
-    return cmd
+        mounts.append(bind(c.RANK_SECRETS_FILE, c.RANK_SECRETS_FILE, readonly=True))
+    return docker_run(cluster, container_name(cluster, node), mounts, argv[0], argv[1:])
+
+
+def nccl_check(cluster: Cluster, node: Node) -> dict[str, Any]:
+    """The NCCL all-reduce of `sparkctl check fabric` on this node, run the way the rank runs.
+
+    The same image (or venv), devices, limits and environment as the rank, so a pass means the
+    rank's NCCL setup works. ``command`` is what the role runs after copying the script to
+    ``script`` and the rank's environment file text to ``env_file``; ``env`` is the process
+    environment to run it with (empty for a container: the environment is in the file).
+    """
+    tail = [
+        "--rank", str(node.rank),
+        "--world-size", str(len(cluster.nodes)),
+        "--master-addr", str(cluster.bootstrap_ips[cluster.head.name]),
+        "--master-port", str(cluster.ports.nccl_test),
+        "--json",
+    ]
+    kind = cluster.runtime.kind
+    env: dict[str, str] = {}
+    if kind == "container":
+        mounts = [bind(c.NCCL_CHECK_SCRIPT, c.CONTAINER_NCCL_SCRIPT, readonly=True)]
+        name = f"sparkctl-{cluster.name}-nccl-r{node.rank}"
+        command = docker_run(
+            cluster, name, mounts, "python3", [c.CONTAINER_NCCL_SCRIPT, *tail],
+            remove=True, env_file=c.NCCL_CHECK_ENV_FILE,
+        )
+    else:
+        if kind == "venv":
+            python = str(PurePosixPath(program(cluster)[0]).parent / "python")
+            command = [python, c.NCCL_CHECK_SCRIPT, *tail]
+        else:
+            command = ["/usr/bin/env", "python3", c.NCCL_CHECK_SCRIPT, *tail]
+        env = rank_env(cluster, node)
+    return {
+        "command": command,
+        "env": env,
+        "env_file": c.NCCL_CHECK_ENV_FILE,
+        "script": c.NCCL_CHECK_SCRIPT,
+    }
+
+
+def api_url(cluster: Cluster, node: Node | None = None) -> str:
+    """Where a rank's HTTP API answers (rank 0's by default): its management address, ``ports.api``."""
+    target = cluster.head if node is None else node
+    return f"http://{target.mgmt_ip}:{cluster.ports.api}"
+
+
+def served_model_name(cluster: Cluster) -> str:
+    """The model name rank 0 serves: the profile's --served-model-name, else SGLang's default,
+    the --model-path the rank is given."""
+    name = cluster.profile.served_model_name
+    return name if name is not None else places(cluster)["model_dir"]
 
 
 def launch_command(cluster: Cluster, node: Node) -> list[str]:
@@ -214,10 +298,19 @@ def rank_env_text(cluster: Cluster, node: Node) -> str:
     return c.env_file_text(rank_env(cluster, node), f"environment of SGLang rank {node.rank} (mode 0600)")
 
 
-def rank_secrets_text(cluster: Cluster) -> str:
-    """The --config file with secret markers; the rank role writes it with the values, mode 0600."""
+def rank_secret_names(cluster: Cluster) -> list[str]:
+    """The inventory secrets the rank's --config file holds."""
+    return [name for name in c.RANK_SECRET_KEYS if name in cluster.secrets]
+
+
+def rank_secrets_text(cluster: Cluster, values: Mapping[str, str] | None = None) -> str:
+    """The --config file: with ``values`` (name -> resolved secret) what the rank role writes
+    (mode 0600), without them the same file with ``<secret:NAME>`` markers (what `plan` shows).
+
+    Each value is a JSON string, which YAML reads back unchanged whatever characters it holds.
+    """
     lines = [c.header("SGLang arguments that must not appear on a command line (mode 0600)")]
-    for name, key in c.RANK_SECRET_KEYS.items():
-        if name in cluster.secrets:
-            lines.append(f'{key}: "{c.secret_mark(name)}"\n')
+    for name in rank_secret_names(cluster):
+        value = c.secret_mark(name) if values is None else values[name]
+        lines.append(f"{c.RANK_SECRET_KEYS[name]}: {json.dumps(value)}\n")
     return "".join(lines)

@@ -16,7 +16,7 @@ import pytest
 
 from sparkctl.model import Runtime, load_inventory
 from sparkctl.profiles import load_profile
-from sparkctl.render import host, plan_document, rank, switch
+from sparkctl.render import common, host, plan_document, rank, switch
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden"
@@ -58,6 +58,28 @@ def test_node_files(example: Any, node: str) -> None:
     check(f"example/{node}/50-sparkctl-roce-qos", host.qos_link_hook(example, n))
     check(f"example/{node}/firewall.nft", host.firewall(example, n))
     check(f"example/{node}/sparkctl-firewall.service", host.firewall_unit(example, n))
+
+
+def containers_text(cluster: Any, node: Any) -> str:
+    """The rank's launch command and the NCCL check's, one shell line each, as the node runs them."""
+    nccl = rank.nccl_check(cluster, node)
+    lines = [
+        f"# rank {node.rank} ({cluster.runtime.kind} runtime): the unit's ExecStart",
+        common.shell_command(rank.launch_command(cluster, node)),
+        f"# `sparkctl check fabric`: the NCCL all-reduce (environment from {nccl['env_file']})",
+        common.shell_command([*(f"{k}={v}" for k, v in nccl["env"].items()), *nccl["command"]]),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_container_commands(example: Any) -> None:
+    """The rank and the NCCL check come from one `docker run` renderer: same flags, image, env file."""
+    check("example/spark-1/containers.sh", containers_text(example, example.node("spark-1")))
+
+
+def test_venv_commands(example: Any) -> None:
+    cluster = variant(example, runtime=Runtime(kind="venv", venv_path="/opt/sparkctl/venv"))
+    check("runtime/venv-spark-1.commands.sh", containers_text(cluster, cluster.node("spark-1")))
 
 
 def test_rank_secrets_file(example: Any) -> None:

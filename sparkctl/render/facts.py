@@ -1,0 +1,89 @@
+"""The cluster as one plain, JSON-ready dict: the only place the typed model becomes data.
+
+``cluster_facts`` is what `validate --json` prints, what the ``sparkctl_rendered`` vars plugin hands
+every host as ``sparkctl_cluster``, and ``node_facts`` is the head of each node's entry in
+`plan --json`. Nothing else turns the cluster into a dict.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkctl.render.rank import api_url, served_model_name
+
+Cluster = Any  # sparkctl.model.Cluster (render does not import the model)
+Node = Any
+
+
+def node_facts(cluster: Cluster, node: Node) -> dict[str, Any]:
+    """One node: name, rank, role, addresses and fabric ports."""
+    return {
+        "name": node.name,
+        "rank": node.rank,
+        "role": "head" if node.rank == 0 else "worker",
+        "mgmt": str(node.mgmt_ip),
+        "bootstrap_ip": str(cluster.bootstrap_ips[node.name]),
+        "fabric": [{"netdev": str(p.netdev), "hca": str(p.hca), "ip": str(p.ip)} for p in node.fabric_ports],
+        "nvme_gib": node.nvme_gib,
+    }
+
+
+def _memory(cluster: Cluster) -> dict[str, Any]:
+    prof = cluster.profile
+    return {
+        "kv_pin_tokens": prof.max_total_tokens,
+        "kv_pool_gib": round(prof.kv_pool_gib, 2),
+        "static_pool_gib": round(prof.static_pool_gib, 2),
+        "weights_gib_per_rank": prof.memory.weights_gib_per_rank,
+        "prefill_transient_gib": round(prof.prefill_transient_gib, 2),
+        "transient_limit_gib": round(prof.transient_limit_gib, 2),
+        "disk_margin_gib": prof.memory.disk_margin_gib,
+    }
+
+
+def disk_need_gib(cluster: Cluster) -> float | None:
+    """NVMe each node needs for the checkpoint, the packed Engram shards and the margin."""
+    if cluster.checkpoint.size_gib is None:
+        return None
+    m = cluster.profile.memory
+    return round(cluster.checkpoint.size_gib + m.engram_packed_gib + m.disk_margin_gib, 2)
+
+
+def cluster_facts(cluster: Cluster) -> dict[str, Any]:
+    """The whole site as data. Secrets appear only by name, never by value or reference."""
+    sw = cluster.switch
+    runtime = cluster.runtime
+    return {
+        "cluster": cluster.name,
+        "inventory": str(cluster.inventory_dir),
+        "profile": cluster.profile.name,
+        "tp_size": cluster.profile.tp_size,
+        "served_model_name": served_model_name(cluster),
+        "api_url": api_url(cluster),
+        "runtime": runtime.kind,
+        "image": runtime.image,
+        "venv_path": None if runtime.venv_path is None else str(runtime.venv_path),
+        "head": cluster.head.name,
+        "nodes": [node_facts(cluster, n) for n in cluster.nodes],
+        "bootstrap_ips": {k: str(v) for k, v in cluster.bootstrap_ips.items()},
+        "switch": None if sw is None else {"name": sw.name, "type": sw.type, "host": str(sw.host), "mtu": sw.mtu},
+        "mgmt": {"subnet": str(cluster.mgmt.subnet), "interface": str(cluster.mgmt.interface)},
+        "fabric": {
+            "subnets": [str(s) for s in cluster.fabric.subnets],
+            "mtu": cluster.fabric.mtu,
+            "host_qos": cluster.fabric.host_qos,
+            "bootstrap_over": cluster.fabric.bootstrap_over,
+            "stage_over_fabric": cluster.fabric.stage_over_fabric,
+        },
+        "ports": {
+            "dist_init": cluster.ports.dist_init,
+            "api": cluster.ports.api,
+            "nccl_test": cluster.ports.nccl_test,
+        },
+        "api_allow": [str(s) for s in cluster.api_allow],
+        "paths": {k: str(v) for k, v in cluster.paths.model_dump().items()},
+        "secrets": sorted(cluster.secrets),
+        "memory": _memory(cluster),
+        "disk_need_gib": disk_need_gib(cluster),
+        "warnings": list(cluster.warnings),
+    }

@@ -1,0 +1,83 @@
+"""Changes that can cut the controller's access are undone by the node itself (dead man's switch).
+
+A ruleset that drops SSH and a netplan whose route captures the controller's address are applied
+through the roles' own guarded apply tasks; the node must revert on its own, within the armed time,
+and the controller must get back in.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
+TARGET = "spark-1"
+
+
+def _playbook(lab: Any, name: str, **extra: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    argv = ["ansible-playbook", "-i", str(lab.inventory), str(PLAYBOOKS / name),
+            "-e", f"sparkctl_test_target={TARGET}"]
+    for key, value in extra.items():
+        argv += ["-e", f"{key}={value}"]
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0"}
+    t0 = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
+    return proc, time.monotonic() - t0
+
+
+@pytest.fixture(scope="module")
+def provisioned(lab: Any) -> Any:
+    lab.heal()
+    proc = lab.run_sparkctl("provision", timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return lab
+
+
+def test_a_ruleset_that_cuts_ssh_is_taken_away_by_the_node(provisioned: Any) -> None:
+    lab = provisioned
+    try:
+        proc, seconds = _playbook(lab, "firewall_cut.yml", sparkctl_test_revert_seconds="20")
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, out[-3000:]
+        assert "deleted the table and disabled sparkctl-firewall-cut.service by itself" in out, out[-3000:]
+        assert seconds < 20 + 90, f"the revert took {seconds:.0f} s"
+        # The node took the table away and will not load it at boot.
+        assert lab.ssh(TARGET, "nft list table inet sparkctl", check=False).returncode != 0
+        enabled = lab.ssh(TARGET, "systemctl is-enabled sparkctl-firewall-cut.service", check=False)
+        assert enabled.stdout.strip() == "disabled"
+    finally:
+        lab.exec(TARGET, "sh", "-c",
+                 "systemctl disable --now sparkctl-firewall-cut.service;"
+                 " rm -f /etc/systemd/system/sparkctl-firewall-cut.service /etc/sparkctl/firewall-cut.nft;"
+                 " systemctl daemon-reload; systemctl restart sparkctl-firewall.service", check=False)
+    # The real ruleset is back and SSH works through it.
+    assert lab.ssh(TARGET, "nft list table inet sparkctl", check=False).returncode == 0
+
+
+def test_a_netplan_that_cuts_the_controllers_path_is_restored_by_the_node(provisioned: Any) -> None:
+    lab = provisioned
+    netplan = "/etc/netplan/40-sparkctl-fabric.yaml"
+    before = lab.exec(TARGET, "cat", netplan).stdout
+    peer = lab.fabric_ip("spark-0", "a")
+    try:
+        proc, seconds = _playbook(lab, "netplan_cut.yml", sparkctl_test_revert_seconds="40",
+                                  sparkctl_test_peer=peer)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, out[-3000:]
+        assert "the previous network configuration was restored" in out, out[-3000:]
+        assert seconds < 40 + 15 + 120, f"the revert took {seconds:.0f} s"
+        assert lab.exec(TARGET, "cat", netplan).stdout == before
+        routes = lab.exec(TARGET, "ip", "-4", "route").stdout
+        assert f"via {peer}" not in routes, routes
+        assert lab.ssh(TARGET, "true", check=False).returncode == 0
+    finally:
+        if lab.exec(TARGET, "cat", netplan, check=False).stdout != before:
+            lab.run_sparkctl("provision", "--tags", "fabric", "--limit", TARGET, timeout=600)

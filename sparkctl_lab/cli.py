@@ -1,4 +1,9 @@
-"""`sparkctl lab …`: the local lab (four systemd-nspawn Sparks and a Linux switch) and its chaos hooks."""
+"""`sparkctl lab …`: the local lab (four systemd-nspawn Sparks and a Linux switch) and its chaos hooks.
+
+Loaded into every `sparkctl` start (an entry point of the ``sparkctl.commands`` group), so the lab's
+machinery (``control``, ``host``, ``state``) is imported by the commands that use it, not here:
+importing it at the top measured 40–50 ms more for every `sparkctl` run and every completion.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +17,14 @@ import typer
 from rich.table import Table
 
 from sparkctl import ui
+from sparkctl.cli.shell import LAB, OrderedGroup, example
 from sparkctl.errors import EXIT_USAGE, SparkctlError
+from sparkctl_lab import topology as topo
 
 lab_app = typer.Typer(
     name="lab",
     help="The local lab: four systemd-nspawn 'Sparks' and a Linux switch on this machine (root, Linux).",
+    cls=OrderedGroup,
     no_args_is_help=True,
 )
 
@@ -33,9 +41,18 @@ def _log(ctx: typer.Context) -> Callable[[str], None]:
     return lambda m: ui.err_console.print(f"[dim]·[/dim] {m}")
 
 
-def _parse_nvme(nvme_gib: int | None, per_node: list[str] | None) -> dict[str, int]:
-    from sparkctl_lab import topology as topo
+def _complete_node(incomplete: str) -> list[str]:
+    return [n for n in topo.node_names() if n.startswith(incomplete)]
 
+
+def _complete_machine(incomplete: str) -> list[str]:
+    return [m for m in topo.machines() if m.startswith(incomplete)]
+
+
+MachineArg = Annotated[str, typer.Argument(help="spark-K or lab-switch", autocompletion=_complete_machine)]
+
+
+def _parse_nvme(nvme_gib: int | None, per_node: list[str] | None) -> dict[str, int]:
     sizes: dict[str, int] = {}
     if nvme_gib is not None:
         sizes = dict.fromkeys(topo.node_names(), nvme_gib)
@@ -47,7 +64,7 @@ def _parse_nvme(nvme_gib: int | None, per_node: list[str] | None) -> dict[str, i
     return sizes
 
 
-@lab_app.command("up")
+@lab_app.command("up", epilog=example("sparkctl lab up --nvme-gib 8"))
 def up_cmd(
     ctx: typer.Context,
     nvme_gib: Annotated[
@@ -90,7 +107,7 @@ def up_cmd(
     )
 
 
-@lab_app.command("down")
+@lab_app.command("down", epilog=example("sparkctl lab down"))
 def down_cmd(ctx: typer.Context) -> None:
     """Remove everything the lab made: containers, namespaces, links, mounts, loop devices, inventory."""
     from sparkctl_lab import control
@@ -106,7 +123,7 @@ def down_cmd(ctx: typer.Context) -> None:
         ui.console.print(f"{ui.OK} lab down: nothing left behind")
 
 
-@lab_app.command("status")
+@lab_app.command("status", epilog=example("sparkctl lab status --json"))
 def status_cmd(ctx: typer.Context) -> None:
     """Machines, their state, init PID, management address and `systemctl is-system-running`."""
     from sparkctl_lab import control
@@ -126,9 +143,9 @@ def status_cmd(ctx: typer.Context) -> None:
     ui.console.print(table)
 
 
-@lab_app.command("kill")
+@lab_app.command("kill", epilog=example("sparkctl lab kill spark-3"))
 def kill_cmd(
-    ctx: typer.Context, machine: Annotated[str, typer.Argument(help="spark-K or lab-switch")]
+    ctx: typer.Context, machine: MachineArg
 ) -> None:
     """Power a machine off hard (SIGKILL of its init; its NICs lose carrier and addresses)."""
     from sparkctl_lab import control
@@ -142,9 +159,9 @@ def kill_cmd(
         )
 
 
-@lab_app.command("start")
+@lab_app.command("start", epilog=example("sparkctl lab start spark-3"))
 def start_cmd(
-    ctx: typer.Context, machine: Annotated[str, typer.Argument(help="spark-K or lab-switch")]
+    ctx: typer.Context, machine: MachineArg
 ) -> None:
     """Power a machine on and wait until it answers SSH."""
     from sparkctl_lab import control
@@ -166,10 +183,10 @@ class HalfKey(StrEnum):
     b = "b"
 
 
-@lab_app.command("link")
+@lab_app.command("link", epilog=example("sparkctl lab link spark-2 down --half a"))
 def link_cmd(
     ctx: typer.Context,
-    node: Annotated[str, typer.Argument(help="spark-K")],
+    node: Annotated[str, typer.Argument(help="spark-K", autocompletion=_complete_node)],
     to: Annotated[LinkState, typer.Argument(help="down: pull the cable; up: plug it back")],
     half: Annotated[
         HalfKey | None, typer.Option("--half", help="Only this PCIe half's fabric cable (a or b).")
@@ -186,7 +203,7 @@ def link_cmd(
         ui.console.print(f"{ui.OK} {node}: {', '.join(touched)} {to.value}")
 
 
-@lab_app.command("mtu")
+@lab_app.command("mtu", epilog=example("sparkctl lab mtu s2a 1500"))
 def mtu_cmd(
     ctx: typer.Context,
     port: Annotated[str, typer.Argument(help="Lab switch port, e.g. s2a (node 2, half A)")],
@@ -202,10 +219,10 @@ def mtu_cmd(
         ui.console.print(f"{ui.OK} lab-switch {port}: MTU {before} → {mtu}")
 
 
-@lab_app.command("fill")
+@lab_app.command("fill", epilog=example("sparkctl lab fill spark-1 --free-mib 512"))
 def fill_cmd(
     ctx: typer.Context,
-    node: Annotated[str, typer.Argument(help="spark-K")],
+    node: Annotated[str, typer.Argument(help="spark-K", autocompletion=_complete_node)],
     gib: Annotated[float | None, typer.Option("--gib", help="Allocate this many GiB on /mnt/nvme.")] = None,
     free_mib: Annotated[
         int | None, typer.Option("--free-mib", help="Fill /mnt/nvme until only this many MiB are free.")
@@ -225,9 +242,13 @@ def fill_cmd(
         )
 
 
-@lab_app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@lab_app.command(
+    "exec",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    epilog=example("sparkctl lab exec spark-0 -- ip -br addr"),
+)
 def exec_cmd(
-    machine: Annotated[str, typer.Argument(help="spark-K or lab-switch")],
+    machine: MachineArg,
     command: Annotated[
         list[str] | None, typer.Argument(help="Command to run inside (after --); default a shell")
     ] = None,
@@ -250,4 +271,4 @@ def exec_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(lab_app, name="lab")
+    app.add_typer(lab_app, name="lab", rich_help_panel=LAB)

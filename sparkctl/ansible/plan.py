@@ -145,3 +145,16 @@ def for_down(cluster: Any, grace_s: int | None = None) -> Plan:
     """playbooks/down.yml: SIGTERM rank 0, wait ``grace_s``, force the rest, every unit inactive."""
     extravars: dict[str, Any] = {"spark_rank_grace_s": int(grace_s)} if grace_s is not None else {}
     return Plan(playbook="down.yml", inventory=Path(cluster.inventory_dir), extravars=extravars)
+
+
+# --- preflight and the switch on their own (playbooks/preflight.yml, playbooks/switch.yml) ----------
+
+
+def for_preflight(cluster: Any, limit: str | None = None) -> Plan:
+    """playbooks/preflight.yml: read-only inventory asserts, reachability and the identity of every node."""
+    return Plan(playbook="preflight.yml", inventory=Path(cluster.inventory_dir), limit=_limit(cluster, limit))
+
+
+def for_switch(cluster: Any, *, check: bool = False, diff: bool = False) -> Plan:
+    """playbooks/switch.yml: preflight, then the RoCE switch (``check`` + ``diff``: what would change)."""
+    return Plan(playbook="switch.yml", inventory=Path(cluster.inventory_dir), check=check, diff=diff)

@@ -1,7 +1,8 @@
 """The `sparkctl` command line: global options, sub-commands, and the one place errors become exit codes.
 
 Each noun lives in its own module (cluster, switch, stage, serve, lab, qa); each command there only
-loads the model, plans, runs and renders. Register a module by adding it to ``_COMMAND_MODULES``.
+loads the model, plans, runs and renders. Register a module by adding it to ``_COMMAND_MODULES``; a
+command names its lifecycle panel and carries an example where it registers (see ``shell``).
 """
 
 from __future__ import annotations
@@ -15,15 +16,24 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer._click.exceptions import ClickException
+from typer.main import get_command
 
 from sparkctl import __version__, ui
+from sparkctl.cli.shell import INVENTORY_ENV, LifecycleGroup, site_inventory
 from sparkctl.errors import EXIT_FAILED, EXIT_USAGE, SparkctlError
 
 app = typer.Typer(
     name="sparkctl",
     help="Provision, stage and serve DeepSeek-V4.1-Flash with SGLang across four DGX Sparks.",
+    epilog=(
+        "A site's first run: [cyan]sparkctl validate[/cyan] → [cyan]provision[/cyan] → "
+        "[cyan]stage[/cyan] → [cyan]up[/cyan] → [cyan]status[/cyan]. "
+        "[cyan]sparkctl COMMAND --help[/cyan] shows an example of each command."
+    ),
+    cls=LifecycleGroup,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
 )
@@ -39,23 +49,8 @@ class State:
     extra: dict[str, object] = field(default_factory=dict)
 
     def inventory_dir(self) -> Path:
-        """The inventory to use: --inventory, then $SPARKCTL_INVENTORY, then ./inventory/<only site>."""
-        if self.inventory is not None:
-            return self.inventory
-        env = os.environ.get("SPARKCTL_INVENTORY")
-        if env:
-            return Path(env)
-        root = Path("inventory")
-        found = root.iterdir() if root.is_dir() else iter(())
-        sites = sorted(p for p in found if p.is_dir() and p.name != "example")
-        if len(sites) == 1:
-            return sites[0]
-        names = ", ".join(p.name for p in sites) or "none"
-        raise SparkctlError(
-            f"no inventory chosen (sites under ./inventory: {names})",
-            hint="pass --inventory DIR (or -i), or set SPARKCTL_INVENTORY",
-            exit_code=EXIT_USAGE,
-        )
+        """The inventory to use: --inventory (or $SPARKCTL_INVENTORY), then ./inventory/<only site>."""
+        return self.inventory if self.inventory is not None else site_inventory()
 
 
 def _version(value: bool) -> None:
@@ -72,7 +67,8 @@ def _global(
         typer.Option(
             "--inventory",
             "-i",
-            help="Inventory directory (default: $SPARKCTL_INVENTORY or ./inventory/<only site>).",
+            envvar=INVENTORY_ENV,
+            help="Inventory directory (default: ./inventory/<only site>).",
         ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
@@ -85,12 +81,15 @@ def _global(
 
 
 # Modules that add commands to ``app``; each exposes ``register(app)``.
+# Within a help panel, commands are listed in this (registration) order.
 _COMMAND_MODULES = [
-    "sparkctl.cli.provision",
     "sparkctl.cli.cluster",
-    "sparkctl.cli.qa",
+    "sparkctl.cli.preflight",
+    "sparkctl.cli.switch",
+    "sparkctl.cli.provision",
     "sparkctl.cli.stage",
     "sparkctl.cli.serve",
+    "sparkctl.cli.qa",
 ]
 
 
@@ -122,8 +121,6 @@ def _hoist_globals(argv: list[str]) -> list[str]:
     An option that the chosen command declares itself stays where it is; any other global option
     found after the command words moves in front of them.
     """
-    from typer.main import get_command
-
     cmd = get_command(app)
     words: list[str] = []
     i = 0
@@ -162,14 +159,14 @@ def _hoist_globals(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app, turn expected errors into exit codes."""
-    from typer._click.exceptions import ClickException
-
     _register()
     debug = os.environ.get("SPARKCTL_DEBUG") == "1"
     args = _hoist_globals(list(sys.argv[1:] if argv is None else argv))
     try:
         # Without standalone mode click returns typer.Exit's code instead of raising it.
-        rc = app(args=args, standalone_mode=False)
+        # One program name however it was started (console script, `python -m sparkctl`): usage lines
+        # and the completion protocol's variable (_SPARKCTL_COMPLETE) follow it.
+        rc = app(args=args, prog_name="sparkctl", standalone_mode=False)
         if isinstance(rc, int) and rc:
             sys.exit(rc)
     except SparkctlError as exc:

@@ -1,6 +1,6 @@
-"""`sparkctl plan`, `sparkctl profiles [show NAME]` and `sparkctl switch show`.
+"""`sparkctl plan` and `sparkctl profiles [show NAME]`.
 
-All three only read: the inventory and the shipped profiles go in, rendered text comes out.
+Both only read: the inventory and the shipped profiles go in, rendered text comes out.
 Nothing is contacted. The JSON of `plan` is the contract of design.md (`render.plan_document`).
 """
 
@@ -18,8 +18,10 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkctl import ui
+from sparkctl.cli.shell import INVENTORY, OrderedGroup, complete_node, complete_profile, example
+from sparkctl.model import load_inventory
 from sparkctl.profiles import list_profiles, load_profile, profile_text
-from sparkctl.render import common, plan_document, switch_entry
+from sparkctl.render import common, plan_document
 
 InventoryOpt = Annotated[
     Path | None, typer.Option("--inventory", "-i", help="Inventory directory (same as the global option).")
@@ -27,18 +29,12 @@ InventoryOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 
 
-def _options(ctx: typer.Context, inventory: Path | None, json_out: bool) -> tuple[Path, bool, bool]:
+def command_options(ctx: typer.Context, inventory: Path | None, json_out: bool) -> tuple[Path, bool, bool]:
     """Options may come before the command (global) or after it (here); the later one wins."""
     state = ctx.obj
     if inventory is not None:
         state.inventory = inventory
     return state.inventory_dir(), json_out or state.json, state.verbose
-
-
-def _load(inventory: Path) -> Any:
-    from sparkctl.model import load_inventory
-
-    return load_inventory(inventory)
 
 
 # -- plan ---------------------------------------------------------------------------------------
@@ -90,14 +86,17 @@ def _node_panel(entry: dict[str, Any], verbose: bool) -> Panel:
 
 def plan(
     ctx: typer.Context,
-    node: Annotated[str | None, typer.Option("--node", help="Only this node.")] = None,
+    node: Annotated[
+        str | None, typer.Option("--node", help="Only this node.", autocompletion=complete_node)
+    ] = None,
     inventory: InventoryOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Everything that would be applied, per node: argv, env, unit, netplan, QoS, firewall; and the
-    switch configuration. Nothing is contacted."""
-    inv, as_json, verbose = _options(ctx, inventory, json_out)
-    cluster = _load(inv)
+    """Everything that would be applied: per node argv, env, unit, netplan, QoS, firewall; the switch.
+
+    Rendered locally; nothing is contacted."""
+    inv, as_json, verbose = command_options(ctx, inventory, json_out)
+    cluster = load_inventory(inv)
     doc = plan_document(cluster, node)
     if as_json:
         ui.print_json(doc)
@@ -144,6 +143,8 @@ def _profile_row(name: str) -> dict[str, Any]:
 profiles_app = typer.Typer(
     name="profiles",
     help="The serving profiles sparkctl ships (`profiles show NAME` prints one, comments included).",
+    cls=OrderedGroup,
+    epilog=example("sparkctl profiles show r4-nvme"),
     invoke_without_command=True,
     no_args_is_help=False,
 )
@@ -180,10 +181,12 @@ def profiles(ctx: typer.Context, json_out: JsonOpt = False) -> None:
         ui.console.print(f"[bold]{r['name']}[/bold]: {r['description']}")
 
 
-@profiles_app.command("show")
+@profiles_app.command("show", epilog=example("sparkctl profiles show lab --json"))
 def profiles_show(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Profile name (see `sparkctl profiles`).")],
+    name: Annotated[
+        str, typer.Argument(help="Profile name (see `sparkctl profiles`).", autocompletion=complete_profile)
+    ],
     json_out: JsonOpt = False,
 ) -> None:
     """Print one profile: the YAML with the reason for every value, or its resolved JSON."""
@@ -207,32 +210,9 @@ def profiles_show(
     sys.stdout.write(text)
 
 
-# -- switch ---------------------------------------------------------------------------------------
-
-switch_app = typer.Typer(
-    name="switch", help="The RoCE switch: its candidate configuration.", no_args_is_help=True
-)
-
-
-@switch_app.command("show")
-def switch_show(ctx: typer.Context, inventory: InventoryOpt = None, json_out: JsonOpt = False) -> None:
-    """Print the switch configuration sparkctl would apply (RouterOS, NVUE, Linux). Nothing is contacted."""
-    inv, as_json, _ = _options(ctx, inventory, json_out)
-    entry = switch_entry(_load(inv))
-    if as_json:
-        ui.print_json(entry)
-        return
-    if entry["type"] == "none":
-        ui.console.print(f"{ui.SKIP} no switch in {inv} (a switchless site): nothing to configure")
-        return
-    # The configuration alone goes to stdout, so `sparkctl switch show > file` gives a usable file.
-    where = f"{entry['type']}, {entry['host']}"
-    ui.err_console.print(f"[bold]{entry['name']}[/bold] ({where}) — {entry['file']}:")
-    sys.stdout.write(entry["config"])
-
-
 def register(app: typer.Typer) -> None:
-    """Add plan, profiles and switch show to the main app."""
-    app.command("plan")(plan)
-    app.add_typer(profiles_app)
-    app.add_typer(switch_app)
+    """Add plan and profiles to the main app."""
+    app.command("plan", rich_help_panel=INVENTORY, epilog=example("sparkctl plan --node spark-3 --verbose"))(
+        plan
+    )
+    app.add_typer(profiles_app, rich_help_panel=INVENTORY)

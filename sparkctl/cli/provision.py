@@ -20,11 +20,12 @@ from sparkctl import ui
 from sparkctl.ansible import hosttable as progress
 from sparkctl.ansible import plan as planning
 from sparkctl.ansible import runner
+from sparkctl.cli.shell import PROVISION, OrderedGroup, complete_hosts, complete_tags, example
 from sparkctl.errors import EXIT_FAILED, SparkctlError
 from sparkctl.model import Cluster, load_inventory
 from sparkctl.qa import fabric as fabric_check
 
-check_app = typer.Typer(help="Read-only checks of the cluster.", no_args_is_help=True)
+check_app = typer.Typer(help="Read-only checks of the cluster.", cls=OrderedGroup, no_args_is_help=True)
 
 
 def _cluster(ctx: typer.Context) -> Cluster:
@@ -57,11 +58,14 @@ def provision(
     check: Annotated[bool, typer.Option("--check", help="Change nothing; report what would change.")] = False,
     diff: Annotated[bool, typer.Option("--diff", help="Show the file changes.")] = False,
     limit: Annotated[
-        str | None, typer.Option("--limit", help="Only these hosts (comma-separated inventory names).")
+        str | None,
+        typer.Option("--limit", help="Only these hosts (comma-separated inventory names).",
+                     autocompletion=complete_hosts),
     ] = None,
     tags: Annotated[
         list[str] | None,
-        typer.Option("--tags", help=f"Only these parts: {', '.join(planning.PROVISION_TAGS)} (repeatable)."),
+        typer.Option("--tags", help=f"Only these parts: {', '.join(planning.PROVISION_TAGS)} (repeatable).",
+                     autocompletion=complete_tags),
     ] = None,
 ) -> None:
     """Configure the nodes and the switch: base system, fabric, RoCE QoS, runtime, firewall (idempotent)."""
@@ -144,7 +148,7 @@ def _verdict_tables(verdict: fabric_check.Verdict, mtu: int) -> tuple[Table, Tab
     return ports, pairs
 
 
-@check_app.command("fabric")
+@check_app.command("fabric", epilog=example("sparkctl check fabric --json"))
 def check_fabric(ctx: typer.Context) -> None:
     """Read-only: link state, speed and MTU of every fabric port, jumbo ping for every pair, RoCE GIDs."""
     cluster = _cluster(ctx)
@@ -190,5 +194,9 @@ def check_fabric(ctx: typer.Context) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("provision")(provision)
-    app.add_typer(check_app, name="check")
+    app.command(
+        "provision",
+        rich_help_panel=PROVISION,
+        epilog=example("sparkctl provision --check --diff --limit spark-1,spark-2 --tags fabric,qos"),
+    )(provision)
+    app.add_typer(check_app, name="check", rich_help_panel=PROVISION)

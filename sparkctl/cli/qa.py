@@ -10,12 +10,15 @@ import typer
 from rich.table import Table
 
 from sparkctl import ui
+from sparkctl.cli.shell import QUALIFY, example
 from sparkctl.errors import EXIT_FAILED, EXIT_OK
+from sparkctl.model import Cluster, load_inventory
+from sparkctl.qa.qualify import CheckResult, QualifyReport, new_results_dir, run_qualify
 
 if TYPE_CHECKING:
-    from sparkctl.model.cluster import Cluster
     from sparkctl.qa.bench import BenchReport, LevelResult
-    from sparkctl.qa.qualify import CheckResult, QualifyReport
+
+RESULTS_ENV = "SPARKCTL_RESULTS"
 
 
 class SuiteName(StrEnum):
@@ -30,8 +33,6 @@ class WorkloadName(StrEnum):
 
 
 def _load(ctx: typer.Context) -> Cluster:
-    from sparkctl.model import load_inventory
-
     return load_inventory(ctx.obj.inventory_dir())
 
 
@@ -61,13 +62,13 @@ def qualify(
     results: Annotated[
         Path,
         typer.Option(
-            "--results", help="Parent directory of the evidence (qualify-<timestamp>/ is made in it)."
+            "--results",
+            envvar=RESULTS_ENV,
+            help="Parent directory of the evidence (qualify-<timestamp>/ is made in it).",
         ),
     ] = Path("results"),
 ) -> None:
     """Check that rank 0 answers right: text, arithmetic at C8, images, JSON, tools, needle, determinism."""
-    from sparkctl.qa.qualify import run_qualify
-
     as_json = json_out or ctx.obj.json
     cluster = _load(ctx)
 
@@ -178,16 +179,21 @@ def bench(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable results on stdout.")] = False,
     results: Annotated[
         Path,
-        typer.Option("--results", help="Parent directory of the results (bench-<timestamp>/ is made in it)."),
+        typer.Option(
+            "--results",
+            envvar=RESULTS_ENV,
+            help="Parent directory of the results (bench-<timestamp>/ is made in it).",
+        ),
     ] = Path("results"),
     warmup: Annotated[
         bool, typer.Option("--warmup/--no-warmup", help="Run a discarded warm-up batch per level.")
     ] = True,
 ) -> None:
     """Measure the concurrency ladder (C1 decode per stream, C>1 aggregate) against the published figures."""
+    # Imported here, not at the top: the ladder's modules (asyncio, the plot) add about 30 ms to every
+    # start of sparkctl, completion included, and only `bench` needs them.
     from sparkctl.qa.bench import bench_cluster, parse_concurrency, parse_workloads, write_report
     from sparkctl.qa.plot import plot_ladder
-    from sparkctl.qa.qualify import new_results_dir
 
     as_json = json_out or ctx.obj.json
     levels = parse_concurrency(concurrency)
@@ -221,5 +227,6 @@ def bench(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("qualify")(qualify)
-    app.command("bench")(bench)
+    app.command("qualify", rich_help_panel=QUALIFY, epilog=example("sparkctl qualify --suite full"))(qualify)
+    sample = "sparkctl bench --concurrency 1,4,8 --workload coding"
+    app.command("bench", rich_help_panel=QUALIFY, epilog=example(sample))(bench)

@@ -3,6 +3,7 @@
 up:     validate → preflight on every node (all reported together) → playbooks/up.yml (install the
         rank units, start ranks 1..n then rank 0) → readiness gates shown live, memory guarded.
         Any failure stops every rank (playbooks/down.yml) and names the gate, the node and its log.
+        Running ranks are replaced only after a yes at the terminal, or with --yes.
 down:   playbooks/down.yml (rank 0 first, grace period, forced shutdown, SIGKILL backstop).
 status: one SSH probe per node in parallel plus rank 0's HTTP endpoints → ready/degraded/down.
 logs:   the rank units' journals over SSH. bundle: a support tarball, every secret redacted.
@@ -18,30 +19,34 @@ import sys
 import tarfile
 import threading
 import time
+from importlib.metadata import version
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import httpx
 import typer
+from rich.console import Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from sparkctl import __version__, ui
+from sparkctl.ansible import runner
+from sparkctl.ansible.plan import Plan, for_down, for_up
+from sparkctl.ansible.runner import RunnerEvent, RunResult
+from sparkctl.cli.cluster import cluster_summary
+from sparkctl.cli.shell import OBSERVE, SERVE, complete_rank, example
 from sparkctl.errors import EXIT_FAILED, EXIT_UNHEALTHY, InputError, SparkctlError, UnhealthyError
+from sparkctl.model import load_inventory
+from sparkctl.qa.qualify import run_qualify
+from sparkctl.render import plan_document
 from sparkctl.serve import bootwatch, preflight, probe, redact, verdict
 from sparkctl.ssh import fleet as remote
-
-if TYPE_CHECKING:
-    from sparkctl.ansible.plan import Plan
-    from sparkctl.ansible.runner import RunnerEvent, RunResult
-
 
 # --- seams the CLI tests replace ------------------------------------------------------------------
 
 
 def _execute(plan: Plan, on_event: Any = None) -> RunResult:
-    from sparkctl.ansible import runner
-
     return runner.execute(plan, on_event)
 
 
@@ -54,18 +59,22 @@ def _http() -> httpx.Client:
 
 
 def _new_run_dir(verb: str) -> Path:
-    from sparkctl.ansible.runner import new_run_dir
+    return runner.new_run_dir(verb)
 
-    return new_run_dir(verb)
+
+def _interactive() -> bool:
+    """Whether a person can be asked (stdin and stderr are a terminal)."""
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def _ask(question: str) -> bool:
+    return typer.confirm(question, default=False, err=True)
 
 
 # --- shared helpers -------------------------------------------------------------------------------
 
 
 def _load(ctx: typer.Context) -> tuple[Any, dict[str, Any]]:
-    from sparkctl.model import load_inventory
-    from sparkctl.render import plan_document
-
     cluster = load_inventory(ctx.obj.inventory_dir())
     return cluster, plan_document(cluster)
 
@@ -115,8 +124,6 @@ def _run_playbook(plan: Plan, what: str, verbose: bool) -> RunResult:
 
 
 def _stop_all(cluster: Any, verbose: bool, grace_s: int | None = None) -> RunResult:
-    from sparkctl.ansible.plan import for_down
-
     return _execute(for_down(cluster, grace_s), _event_printer(verbose))
 
 
@@ -157,9 +164,6 @@ def status_table(snap: verdict.Snapshot) -> Table:
 
 
 def render_status(snap: verdict.Snapshot) -> Any:
-    from rich.console import Group
-    from rich.text import Text
-
     style = VERDICT_STYLE[snap.verdict]
     lines: list[Any] = [status_table(snap)]
     head = snap.head
@@ -243,8 +247,14 @@ def up(
     ctx: typer.Context,
     force: Annotated[bool, typer.Option("--force", help="Start even if another GPU workload runs.")] = False,
     restart: Annotated[bool, typer.Option("--restart", help="Restart the ranks even if ready.")] = False,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", "-y", help="Replace running ranks without asking (needed without a terminal)."),
+    ] = False,
 ) -> None:
-    """Start the four ranks in order and wait until they serve (preflight, gates, memory guard)."""
+    """Start the four ranks in order and wait until they serve (preflight, gates, memory guard).
+
+    Ranks that already run are stopped and started again only after a yes (or with --yes)."""
     cluster, doc = _load(ctx)
     verbose = ctx.obj.verbose
     as_json = ctx.obj.json
@@ -265,6 +275,8 @@ def up(
             return
         if any(f.reachable and f.active != "inactive" for f in before.nodes.values()):
             why = "restarting" if before.verdict == verdict.READY else f"cluster is {before.verdict}"
+            if not yes:
+                _confirm_replace(before, why)
             say(f"stopping the running ranks first ({why})")
             stop = _stop_all(cluster, verbose)
             if not stop.ok:
@@ -283,8 +295,6 @@ def up(
                 details=[f"{c.node}: {c.name}: {c.detail}" for c in failed],
             )
         say(f"{ui.OK} preflight: {len(checks)} checks passed on {len(cluster.nodes)} nodes")
-
-        from sparkctl.ansible.plan import for_up
 
         try:
             _run_playbook(for_up(cluster), "installing and starting the rank units", verbose)
@@ -339,12 +349,30 @@ def up(
         http.close()
 
 
+def _confirm_replace(before: verdict.Snapshot, why: str) -> None:
+    """Ask before running ranks are stopped; without a terminal, refuse (exit 2) unless --yes was given."""
+    running = sorted((f for f in before.nodes.values() if f.reachable and f.active in RUNNING),
+                     key=lambda f: f.rank)
+    if not running:
+        return  # only failed or stopped units: nothing that serves is replaced
+    which = ", ".join(f"rank {f.rank} on {f.name} ({f.active})" for f in running)
+    if not _interactive():
+        raise InputError(
+            f"`up` would stop {len(running)} running rank(s) and start them again ({why}): {which}",
+            hint="pass --yes to replace them without asking (there is no terminal to ask)",
+        )
+    ui.err_console.print(f"running: {which}")
+    if not _ask(f"Stop the running ranks and start them again ({why})?"):
+        raise SparkctlError("the running ranks were left as they were; nothing was changed",
+                            exit_code=EXIT_FAILED)
+
+
+# systemd ActiveState values of a unit whose rank is (still) running.
+RUNNING = ("active", "activating", "reloading", "deactivating")
+
+
 def _qualify_fn(cluster: Any, run_dir: Path) -> Any:
     if not cluster.profile.gates.qualify_on_up:
-        return None
-    try:
-        from sparkctl.qa.qualify import run_qualify
-    except ImportError:  # the qa package is optional at this gate
         return None
 
     def call() -> tuple[bool, str]:
@@ -405,7 +433,9 @@ def journal_command(unit: str, lines: int | None, since: str | None, follow: boo
 
 def logs(
     ctx: typer.Context,
-    rank: Annotated[int | None, typer.Argument(help="Only this rank (default: all).")] = None,
+    rank: Annotated[
+        int | None, typer.Argument(help="Only this rank (default: all).", autocompletion=complete_rank)
+    ] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines.")] = False,
     since: Annotated[str | None, typer.Option("--since", help="journalctl --since, e.g. '-10min'.")] = None,
     lines: Annotated[int, typer.Option("--lines", "-n", help="Lines per rank.")] = 100,
@@ -479,8 +509,6 @@ def build_bundle(
     cluster: Any, doc: dict[str, Any], fleet: Any, http: httpx.Client, lines: int = 300
 ) -> bytes:
     """The support tarball (gzip) as bytes; every secret value and bearer token redacted."""
-    from sparkctl.cli.cluster import cluster_summary
-
     secrets = _secrets(cluster)
     try:
         api_key = _api_key(cluster)
@@ -520,8 +548,6 @@ def _versions() -> dict[str, Any]:
                            "platform": platform.platform()}
     for pkg in ("ansible-core", "ansible-runner", "paramiko", "httpx"):
         try:
-            from importlib.metadata import version
-
             out[pkg] = version(pkg)
         except Exception:
             out[pkg] = None
@@ -553,11 +579,14 @@ def bundle(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("up")(up)
-    app.command("down")(down)
-    app.command("status")(status)
-    app.command("logs")(logs)
-    app.command("bundle")(bundle)
+    for name, func, panel, sample in (
+        ("up", up, SERVE, "sparkctl up --yes"),
+        ("down", down, SERVE, "sparkctl down --grace 30"),
+        ("status", status, OBSERVE, "sparkctl status --watch"),
+        ("logs", logs, OBSERVE, "sparkctl logs 0 --follow --since -10min"),
+        ("bundle", bundle, OBSERVE, "sparkctl bundle -o support.tar.gz"),
+    ):
+        app.command(name, rich_help_panel=panel, epilog=example(sample))(func)
 
 
 __all__ = ["EXIT_FAILED", "register"]

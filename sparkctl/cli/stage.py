@@ -15,6 +15,7 @@ from rich.table import Table
 
 from sparkctl import ui
 from sparkctl.ansible import plan, runner
+from sparkctl.cli.shell import STAGE, example
 from sparkctl.errors import SparkctlError
 from sparkctl.model import load_inventory
 from sparkctl.stage import progress
@@ -171,4 +172,4 @@ def stage(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("stage")(stage)
+    app.command("stage", rich_help_panel=STAGE, epilog=example("sparkctl stage engram --verify-only"))(stage)

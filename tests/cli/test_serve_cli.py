@@ -99,7 +99,7 @@ def test_up_when_ready_and_current_does_nothing(run_cli: Any, site: Site) -> Non
     entry = site.doc["nodes"][1]
     site.nodes.state[entry["name"]].file_sha = dict(probe.expected_hashes(site.cluster, entry),
                                                    **{"/etc/sparkctl/rank.env": "0" * 64})
-    res = run_cli("-i", str(site.inventory), "up")
+    res = run_cli("-i", str(site.inventory), "up", "--yes")
     assert res.code == EXIT_OK, res.err
     assert site.books() == ["down.yml", "up.yml"] and "restarting" in res.out
 
@@ -108,10 +108,54 @@ def test_up_heals_a_degraded_cluster_by_stopping_first(run_cli: Any, site: Site)
     for st in site.nodes.state.values():
         st.unit = "active"
     site.nodes.state["spark-2"].unit = "failed"
-    res = run_cli("-i", str(site.inventory), "up")
+    res = run_cli("-i", str(site.inventory), "up", "-y")
     assert res.code == EXIT_OK, res.err
     assert site.books() == ["down.yml", "up.yml"]
     assert "cluster is degraded" in res.out
+
+
+def _running(site: Site) -> None:
+    for st in site.nodes.state.values():
+        st.unit = "active"
+
+
+def test_up_without_a_terminal_refuses_to_replace_running_ranks(run_cli: Any, site: Site) -> None:
+    _running(site)
+    res = run_cli("-i", str(site.inventory), "up", "--restart")
+    assert res.code == EXIT_USAGE
+    assert site.books() == []
+    assert "would stop 4 running rank(s)" in res.err and "rank 2 on spark-2" in res.err
+    assert "--yes" in res.err
+    assert {st.unit for st in site.nodes.state.values()} == {"active"}
+
+
+@pytest.mark.parametrize(("answer", "code", "books"), [(False, EXIT_FAILED, []),
+                                                       (True, EXIT_OK, ["down.yml", "up.yml"])])
+def test_up_at_a_terminal_asks_before_replacing_running_ranks(
+    run_cli: Any, site: Site, monkeypatch: pytest.MonkeyPatch, answer: bool, code: int, books: list[str]
+) -> None:
+    _running(site)
+    site.nodes.state["spark-1"].unit = "failed"
+    asked: list[str] = []
+    monkeypatch.setattr(serve, "_interactive", lambda: True)
+    monkeypatch.setattr(serve, "_ask", lambda question: asked.append(question) or answer)
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == code, res.err
+    assert len(asked) == 1 and "cluster is degraded" in asked[0]
+    assert site.books() == books
+    assert "rank 0 on spark-0 (active)" in res.err and "spark-1" not in res.err.split("running:")[1].split("\n")[0]
+    if not answer:
+        assert "left as they were" in res.err
+
+
+def test_up_replaces_failed_units_without_asking(run_cli: Any, site: Site,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    for st in site.nodes.state.values():
+        st.unit = "failed"
+    monkeypatch.setattr(serve, "_ask", lambda question: pytest.fail(f"asked: {question}"))
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == EXIT_OK, res.err
+    assert site.books() == ["down.yml", "up.yml"]
 
 
 def test_preflight_refusal_starts_nothing(run_cli: Any, site: Site) -> None:

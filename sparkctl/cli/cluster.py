@@ -11,7 +11,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from sparkctl import ui
+from sparkctl import render, ui
 from sparkctl.cli import plan_cmd
 from sparkctl.cli.shell import INVENTORY, example
 from sparkctl.errors import EXIT_USAGE, SparkctlError
@@ -25,41 +25,9 @@ def load_cluster(ctx: typer.Context) -> Cluster:
 
 
 def cluster_summary(cluster: Cluster) -> dict[str, Any]:
-    """What `validate --json` reports about a good inventory."""
-    prof = cluster.profile
-    sw = cluster.switch
-    need = None
-    if cluster.checkpoint.size_gib is not None:
-        m = prof.memory
-        need = round(cluster.checkpoint.size_gib + m.engram_packed_gib + m.disk_margin_gib, 2)
-    return {
-        "cluster": cluster.name,
-        "inventory": str(cluster.inventory_dir),
-        "profile": prof.name,
-        "runtime": cluster.runtime.kind,
-        "nodes": [
-            {
-                "name": n.name,
-                "rank": n.rank,
-                "role": "head" if n.is_head else "worker",
-                "mgmt": str(n.mgmt_ip),
-                "fabric": [{"netdev": p.netdev, "hca": p.hca, "ip": str(p.ip)} for p in n.fabric_ports],
-                "nvme_gib": n.nvme_gib,
-            }
-            for n in cluster.nodes
-        ],
-        "switch": {"name": sw.name, "type": sw.type, "host": sw.host, "mtu": sw.mtu} if sw else None,
-        "memory": {
-            "kv_pin_tokens": prof.max_total_tokens,
-            "kv_pool_gib": round(prof.kv_pool_gib, 2),
-            "static_pool_gib": round(prof.static_pool_gib, 2),
-            "weights_gib_per_rank": prof.memory.weights_gib_per_rank,
-            "prefill_transient_gib": round(prof.prefill_transient_gib, 2),
-            "transient_limit_gib": round(prof.transient_limit_gib, 2),
-        },
-        "disk_need_gib": need,
-        "warnings": list(cluster.warnings),
-    }
+    """What `validate --json` reports about a good inventory: the cluster's one exported dict, the
+    same one the vars plugin hands Ansible as ``sparkctl_cluster``."""
+    return render.cluster_facts(cluster)
 
 
 def validate_table(cluster: Cluster) -> Table:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from sparkctl.errors import InputError, UnhealthyError
+from sparkctl.render.rank import api_url, served_model_name
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI, OpenAI
@@ -83,7 +84,7 @@ def discover(root: str, api_key: str = "", model: str | None = None, timeout: fl
         model = served[0]
     elif served and model not in served:
         raise UnhealthyError(
-            f"rank 0 serves {', '.join(served)}, not the profile's --served-model-name {model}",
+            f"rank 0 serves {', '.join(served)}, not the served model name the ranks were given ({model})",
             hint="the running ranks were started from another profile; run `sparkctl up` again",
         )
     context = info.get("context_length")
@@ -102,8 +103,7 @@ def discover(root: str, api_key: str = "", model: str | None = None, timeout: fl
 
 
 def for_cluster(cluster: Cluster, timeout: float = 10.0) -> Endpoint:
-    """The endpoint of an inventory: head mgmt address, ``ports.api``, ``secrets.api_key``, served name."""
-    root = f"http://{cluster.head.mgmt_ip}:{cluster.ports.api}"
+    """The endpoint of an inventory: rank 0's API URL, ``secrets.api_key`` and the served name,
+    as rendered for the ranks (``sparkctl.render.rank``)."""
     api_key = cluster.secrets["api_key"].resolve() if "api_key" in cluster.secrets else ""
-    served = cluster.profile.args.get("--served-model-name")
-    return discover(root, api_key=api_key, model=str(served) if served else None, timeout=timeout)
+    return discover(api_url(cluster), api_key=api_key, model=served_model_name(cluster), timeout=timeout)

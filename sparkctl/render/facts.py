@@ -53,6 +53,7 @@ def cluster_facts(cluster: Cluster) -> dict[str, Any]:
     """The whole site as data. Secrets appear only by name, never by value or reference."""
     sw = cluster.switch
     runtime = cluster.runtime
+    switch = None if sw is None else {"name": sw.name, "type": sw.type, "host": str(sw.host), "mtu": sw.mtu}
     return {
         "cluster": cluster.name,
         "inventory": str(cluster.inventory_dir),
@@ -66,7 +67,7 @@ def cluster_facts(cluster: Cluster) -> dict[str, Any]:
         "head": cluster.head.name,
         "nodes": [node_facts(cluster, n) for n in cluster.nodes],
         "bootstrap_ips": {k: str(v) for k, v in cluster.bootstrap_ips.items()},
-        "switch": None if sw is None else {"name": sw.name, "type": sw.type, "host": str(sw.host), "mtu": sw.mtu},
+        "switch": switch,
         "mgmt": {"subnet": str(cluster.mgmt.subnet), "interface": str(cluster.mgmt.interface)},
         "fabric": {
             "subnets": [str(s) for s in cluster.fabric.subnets],

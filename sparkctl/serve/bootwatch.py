@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
-from sparkctl.serve.http import HttpAnswer, auth_headers, base_url, get, http_reason
+from sparkctl.render.rank import api_url, served_model_name
+from sparkctl.serve.http import HttpAnswer, auth_headers, get, http_reason
 from sparkctl.serve.probe import FleetLike, NodeFacts, collect, launch, unit_name
 
 GIB = 1024**3
@@ -91,13 +92,6 @@ def compare_server_info(info: Mapping[str, Any], expected: Mapping[str, str]) ->
         elif not same_value(info[key], want):
             problems.append(f"{key}={info[key]!r}, rendered {want}")
     return problems
-
-
-def served_model(cluster: Any, head_entry: Mapping[str, Any]) -> str:
-    argv = list(launch(head_entry).get("argv") or [])
-    if "--served-model-name" in argv:
-        return argv[argv.index("--served-model-name") + 1]
-    return str(cluster.paths.model_dir)
 
 
 class BootWatch:
@@ -239,7 +233,7 @@ class BootWatch:
         self.state.started = self.clock()
         rows = self.state.rows
         timeout = float(self.gates.health_timeout_s)
-        head_url = base_url(self.cluster, self.cluster.head)
+        head_url = api_url(self.cluster)
         headers = auth_headers(self.api_key)
 
         for row in rows.values():
@@ -266,7 +260,7 @@ class BootWatch:
             for name in workers:
                 if rows[name].phases["health"] == OK:
                     continue
-                ans = get(self.http, f"{base_url(self.cluster, nodes[name])}/health", timeout)
+                ans = get(self.http, f"{api_url(self.cluster, nodes[name])}/health", timeout)
                 if ans.ok:
                     rows[name].phases["health"] = OK
                     rows[name].note = ""
@@ -376,7 +370,7 @@ class BootWatch:
 
     def chat(self, url: str, headers: Mapping[str, str], timeout: float) -> tuple[bool, str]:
         body = {
-            "model": served_model(self.cluster, self.head),
+            "model": served_model_name(self.cluster),
             "messages": [{"role": "user", "content": "What is 19 + 23? Answer with the number only."}],
             "max_tokens": 16,
             "temperature": 0,

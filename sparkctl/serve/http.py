@@ -1,4 +1,7 @@
-"""HTTP checks of rank 0's API: /health, /ready, /v1/models; the API base URL and auth header."""
+"""HTTP checks of rank 0's API: /health, /ready, /v1/models; the auth header.
+
+The API's URL is ``sparkctl.render.rank.api_url`` (one place, shared with `qualify` and `bench`).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import httpx
+
+from sparkctl.render.rank import api_url
 
 # --- HTTP checks of the ranks -------------------------------------------------------------------
 
@@ -42,10 +47,6 @@ def http_reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def base_url(cluster: Any, node: Any) -> str:
-    return f"http://{node.mgmt_ip}:{cluster.ports.api}"
-
-
 def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
@@ -69,7 +70,7 @@ class HeadFacts:
 
 
 def head_checks(cluster: Any, http: httpx.Client, api_key: str | None, timeout: float) -> HeadFacts:
-    url = base_url(cluster, cluster.head)
+    url = api_url(cluster)
     return HeadFacts(
         url,
         get(http, f"{url}/health", timeout),

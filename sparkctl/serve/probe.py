@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from sparkctl.render.rank import rank_secret_names, rank_secrets_text
 from sparkctl.ssh.fleet import HostResult, Target
 
 PROBE_SOURCE = Path(__file__).resolve().parent.parent / "nodeside" / "probe.py"
@@ -93,10 +94,9 @@ def expected_hashes(cluster: Any, entry: Mapping[str, Any]) -> dict[str, str]:
     for path in rank_files(entry):
         text = str(entry.get("files", {}).get(path, ""))
         if path in entry.get("secret_files", []):
-            for name, ref in cluster.secrets.items():
-                marker = f"<secret:{name}>"
-                if marker in text:
-                    text = text.replace(marker, ref.resolve())
+            # The same text the spark_rank role's lookup writes: the model resolves, render quotes.
+            values = {n: cluster.secrets[n].resolve() for n in rank_secret_names(cluster)}
+            text = rank_secrets_text(cluster, values)
         texts[path] = text
     return {path: hashlib.sha256(text.encode()).hexdigest() for path, text in texts.items()}
 

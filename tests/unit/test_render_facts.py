@@ -3,6 +3,7 @@ name and the secrets file are each rendered by one function that every consumer 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ import yaml
 from sparkctl.model import Runtime, load_inventory
 from sparkctl.profiles import load_profile
 from sparkctl.render import cluster_facts, common, node_facts, plan_document, rank
+from sparkctl.serve.probe import expected_hashes
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "inventory" / "example"
@@ -77,7 +79,9 @@ def test_plan_document_carries_the_nccl_check(example: Any) -> None:
     assert entry["nccl_check"] == rank.nccl_check(example, example.node("spark-3"))
 
 
-@pytest.mark.parametrize("value", ['sk-plain', 'a"quote', "back\\slash", "colon: hash #", "{{ jinja }}", "é ü"])
+@pytest.mark.parametrize(
+    "value", ["sk-plain", 'a"quote', "back\\slash", "colon: hash #", "{{ jinja }}", "é ü"]
+)
 def test_secrets_file_holds_any_value_verbatim(example: Any, value: str) -> None:
     text = rank.rank_secrets_text(example, {"api_key": value})
     assert yaml.safe_load(text) == {"api-key": value}
@@ -94,7 +98,8 @@ def test_cluster_facts_is_the_one_dict(example: Any) -> None:
         assert {k: entry[k] for k in node_facts(example, node)} == node_facts(example, node)
     assert facts["api_url"] == rank.api_url(example) == "http://192.168.7.10:8004"
     assert facts["served_model_name"] == "deepseek-v41-flash"
-    assert facts["tp_size"] == 4 and facts["memory"]["disk_margin_gib"] == example.profile.memory.disk_margin_gib
+    assert facts["tp_size"] == 4
+    assert facts["memory"]["disk_margin_gib"] == example.profile.memory.disk_margin_gib
     assert facts["secrets"] == ["api_key"] and "SPARKCTL_API_KEY" not in json.dumps(facts)
 
 
@@ -103,7 +108,8 @@ def test_served_model_name_defaults_to_the_model_path_the_rank_gets(example: Any
     args = {k: v for k, v in profile.args.items() if k != "--served-model-name"}
     bare = example.model_copy(update={"profile": profile.model_copy(update={"args": args})})
     argv = rank.rank_argv(bare, bare.head)
-    assert rank.served_model_name(bare) == argv[argv.index("--model-path") + 1] == "/models/DeepSeek-V4.1-Flash"
+    model_path = argv[argv.index("--model-path") + 1]
+    assert rank.served_model_name(bare) == model_path == "/models/DeepSeek-V4.1-Flash"
 
 
 def _lookup(inv: Path, expr: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -133,3 +139,22 @@ def test_secrets_lookup_check_names_the_missing_secret(example_copy: Path) -> No
     proc = _lookup(example_copy, f"query('sparkctl_rank_secrets', '{example_copy}', check=true)", {})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "secret api_key (env:SPARKCTL_API_KEY)" in proc.stdout and "is not set" in proc.stdout
+
+
+def test_validate_json_prints_the_cluster_facts(run_cli: Any) -> None:
+    result = run_cli("-i", str(EXAMPLE), "--json", "validate")
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)
+    assert doc.pop("ok") is True
+    assert doc == json.loads(json.dumps(cluster_facts(load_inventory(EXAMPLE))))
+
+
+def test_status_hashes_the_secrets_file_the_role_writes(
+    example: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    value = 'sk-"quoted" \\ value'
+    monkeypatch.setenv("SPARKCTL_API_KEY", value)
+    entry = plan_document(example, "spark-0")["nodes"][0]
+    written = rank.rank_secrets_text(example, {"api_key": value})
+    hashes = expected_hashes(example, entry)
+    assert hashes[common.RANK_SECRETS_FILE] == hashlib.sha256(written.encode()).hexdigest()

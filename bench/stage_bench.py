@@ -11,9 +11,9 @@
     python bench/stage_bench.py --lab           # the lab: spark-0..3 over SSH, fabric addresses
     python bench/stage_bench.py --mib 1024 --json
 
-Both backends run the node-side code itself (sparkctl/stage, shipped as the module_utils package
-``sparkctl_stage``), not a re-implementation. The page cache is warm for both sides of every
-comparison (the source was just written); say so when quoting the numbers.
+Both backends run the node-side code itself (sparkctl/stage and sparkctl/nodeside, shipped as the
+module_utils package ``sparkctl``), not a re-implementation. The page cache is warm for both sides
+of every comparison (the source was just written); say so when quoting the numbers.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-CODE = REPO / "roles" / "spark_stage" / "module_utils"  # holds sparkctl_stage -> sparkctl/stage
+CODE = REPO / "roles" / "spark_stage" / "module_utils"  # holds sparkctl/{stage,nodeside} -> sparkctl/…
 SYNTH = REPO / "tests" / "fixtures" / "synth_checkpoint.py"
 PORT = 29731
 
@@ -73,7 +73,7 @@ s.close()
 STAGE = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from sparkctl_stage import transfer
+from sparkctl.stage import transfer
 node, root, mpath, listen, upstream, expect, bwlimit = sys.argv[2:9]
 hp = lambda s: (s.rsplit(":", 1)[0], int(s.rsplit(":", 1)[1])) if s != "-" else None
 m = json.load(open(mpath))
@@ -86,7 +86,7 @@ print(json.dumps(res.as_dict()))
 MANIFEST = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from sparkctl_stage import manifest
+from sparkctl.stage import manifest
 m = manifest.build(sys.argv[2]); manifest.save(sys.argv[2], m)
 json.dump(m, open(sys.argv[3], "w"))
 print(m["total_bytes"])
@@ -95,7 +95,7 @@ print(m["total_bytes"])
 PACK = r"""
 import json, os, shutil, sys, time
 sys.path.insert(0, sys.argv[1])
-from sparkctl_stage import dsv41en1 as d
+from sparkctl.stage import dsv41en1 as d
 model, out, rank, tp = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 srcs = d.locate(model)
 # baseline: read the same source ranges sequentially, write as many bytes, fsync
@@ -172,12 +172,14 @@ def lab_hosts(n: int) -> list[Host]:
     hosts = []
     for node in cluster.nodes[:n]:
         h = Host(node.name, str(node.fabric_ip), "/mnt/nvme/bench", code, ssh)
-        subprocess.run([*ssh, node.name, f"rm -rf {code} && mkdir -p {code}/sparkctl_stage"], check=True)
-        files = [str(p) for p in (REPO / "sparkctl" / "stage").glob("*.py")]
-        subprocess.run(
-            ["scp", "-q", "-F", str(inv / "ssh_config"), *files, f"{node.name}:{code}/sparkctl_stage/"],
-            check=True,
-        )
+        mkdir = f"rm -rf {code} && mkdir -p {code}/sparkctl/stage {code}/sparkctl/nodeside"
+        subprocess.run([*ssh, node.name, mkdir], check=True)
+        scp = ["scp", "-q", "-F", str(inv / "ssh_config")]
+        init = str(CODE / "sparkctl" / "__init__.py")
+        subprocess.run([*scp, init, f"{node.name}:{code}/sparkctl/"], check=True)
+        for sub in ("stage", "nodeside"):
+            files = [str(p) for p in (REPO / "sparkctl" / sub).glob("*.py")]
+            subprocess.run([*scp, *files, f"{node.name}:{code}/sparkctl/{sub}/"], check=True)
         subprocess.run(
             ["scp", "-q", "-F", str(inv / "ssh_config"), str(SYNTH), f"{node.name}:{code}/"], check=True
         )

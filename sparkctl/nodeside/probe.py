@@ -4,6 +4,9 @@ sparkctl ships this file's source over SSH (``python3 -``) with a parameter bloc
 status read costs one connection and one interpreter per node. It only reads, except in the
 ``preflight`` mode, which drops the page cache first so MemAvailable means what the rank will get.
 
+The readers it shares with the role modules live beside it (``system``, ``links``, ``rdma``,
+``manifests``); ``sparkctl.serve.probe.probe_script`` sends their sources along in the same script.
+
 Modes: ``watch`` (unit + memory, sampled every ~2 s while `up` boots), ``status`` (adds links,
 GPU, shards, installed unit hash), ``preflight`` (adds ports, processes, model files, runtime
 identity, RoCE GID indexes, GPU compute apps).
@@ -15,29 +18,14 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import time
 import urllib.error
 import urllib.request
 
+from . import links, manifests, rdma, system
+
 UNIT_PROPS = ("ActiveState", "SubState", "MainPID", "Result", "ExecMainStatus",
               "ActiveEnterTimestampMonotonic", "InvocationID")
-
-
-def _run(argv, timeout=5.0):
-    try:
-        proc = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return 127, "", str(exc)
-    return proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
-
-
-def _read(path, default=None):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read().strip()
-    except OSError:
-        return default
 
 
 def _sha256(path):
@@ -52,7 +40,7 @@ def _sha256(path):
 
 
 def unit_state(name):
-    rc, out, err = _run(["systemctl", "show", name] + ["-p" + p for p in UNIT_PROPS])
+    rc, out, err = system.run(["systemctl", "show", name] + ["-p" + p for p in UNIT_PROPS])
     if rc != 0:
         return {"error": (err or out).strip()[:200] or "systemctl failed"}
     facts = {}
@@ -74,32 +62,10 @@ def unit_state(name):
 
 def meminfo():
     out = {}
-    for line in (_read("/proc/meminfo", "") or "").splitlines():
+    for line in (system.read_text("/proc/meminfo", "") or "").splitlines():
         key, _, rest = line.partition(":")
         if key in ("MemTotal", "MemAvailable", "SwapTotal", "SwapFree", "Cached"):
             out[key] = int(rest.split()[0]) * 1024
-    return out
-
-
-def links(netdevs):
-    out: dict = {}
-    for dev in netdevs:
-        base = "/sys/class/net/" + dev
-        if not os.path.isdir(base):
-            out[dev] = {"present": False}
-            continue
-        speed = _read(base + "/speed")
-        out[dev] = {
-            "present": True,
-            "state": _read(base + "/operstate", "unknown"),
-            "mtu": int(_read(base + "/mtu", "0") or 0),
-            "speed_mbps": int(speed) if speed and speed.lstrip("-").isdigit() and int(speed) > 0 else None,
-            "rx_bytes": int(_read(base + "/statistics/rx_bytes", "0") or 0),
-            "tx_bytes": int(_read(base + "/statistics/tx_bytes", "0") or 0),
-            "rx_errors": int(_read(base + "/statistics/rx_errors", "0") or 0),
-            "tx_errors": int(_read(base + "/statistics/tx_errors", "0") or 0),
-            "rx_dropped": int(_read(base + "/statistics/rx_dropped", "0") or 0),
-        }
     return out
 
 
@@ -107,7 +73,7 @@ def gpu():
     if shutil.which("nvidia-smi") is None:
         return None
     fields = "temperature.gpu,clocks.sm,clocks.max.sm,power.draw,utilization.gpu"
-    rc, out, err = _run(["nvidia-smi", "--query-gpu=" + fields, "--format=csv,noheader,nounits"], 10)
+    rc, out, err = system.run(["nvidia-smi", "--query-gpu=" + fields, "--format=csv,noheader,nounits"], 10)
     if rc != 0:
         return {"error": (err or out).strip()[:200]}
     values = [v.strip() for v in (out.splitlines() or [""])[0].split(",")]
@@ -124,7 +90,8 @@ def gpu():
 def gpu_apps():
     if shutil.which("nvidia-smi") is None:
         return []
-    rc, out, _ = _run(["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"], 10)
+    argv = ["nvidia-smi", "--query-compute-apps=pid,process_name", "--format=csv,noheader"]
+    rc, out, _ = system.run(argv, 10)
     if rc != 0:
         return []
     return [line.strip() for line in out.splitlines() if line.strip()]
@@ -133,7 +100,7 @@ def gpu_apps():
 def gpu_containers():
     if shutil.which("docker") is None:
         return []
-    rc, out, _ = _run(["docker", "ps", "--format", "{{.ID}} {{.Names}}"], 10)
+    rc, out, _ = system.run(["docker", "ps", "--format", "{{.ID}} {{.Names}}"], 10)
     if rc != 0:
         return []
     found = []
@@ -141,48 +108,17 @@ def gpu_containers():
         cid = line.split()[0] if line.split() else ""
         if not cid:
             continue
-        rc2, req, _ = _run(["docker", "inspect", "--format", "{{json .HostConfig.DeviceRequests}}", cid], 10)
+        argv = ["docker", "inspect", "--format", "{{json .HostConfig.DeviceRequests}}", cid]
+        rc2, req, _ = system.run(argv, 10)
         if rc2 == 0 and req.strip() not in ("", "null", "[]"):
             found.append(line.strip())
     return found
 
 
-def shards(engram_dir, rank, tp):
-    """Structural check against the stage manifest: every recorded file present, same size and mtime."""
-    name = f"manifest-r{rank}of{tp}.json"
-    path = os.path.join(engram_dir, name)
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        return {"verified": False, "problem": name + " missing in " + engram_dir}
-    except (OSError, ValueError) as exc:
-        return {"verified": False, "problem": name + " unreadable: " + str(exc)[:120]}
-    if doc.get("rank") != rank or doc.get("tp") != tp:
-        return {"verified": False, "problem": f"{name} records rank {doc.get('rank')} of {doc.get('tp')}"}
-    files = [f for f in doc.get("files") or [] if isinstance(f, dict)]
-    if not files:
-        return {"verified": False, "problem": name + " lists no files"}
-    total = 0
-    for entry in files:
-        fpath = os.path.join(engram_dir, str(entry.get("name")))
-        try:
-            st = os.stat(fpath)
-        except OSError:
-            return {"verified": False, "problem": "{} missing".format(entry.get("name"))}
-        if entry.get("size") is not None and st.st_size != entry.get("size"):
-            problem = f"{entry.get('name')} is {st.st_size} B, manifest says {entry.get('size')}"
-            return {"verified": False, "problem": problem}
-        if entry.get("mtime_ns") and entry.get("mtime_ns") != st.st_mtime_ns:
-            return {"verified": False, "problem": "{} modified after packing".format(entry.get("name"))}
-        total += st.st_size
-    return {"verified": True, "files": len(files), "bytes": total}
-
-
 def listening_ports():
     ports = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in (_read(table, "") or "").splitlines()[1:]:
+        for line in (system.read_text(table, "") or "").splitlines()[1:]:
             parts = line.split()
             if len(parts) > 3 and parts[3] == "0A":  # LISTEN
                 ports.add(int(parts[1].rsplit(":", 1)[1], 16))
@@ -219,11 +155,11 @@ def model_files(model_dir):
 
 def identity(runtime, image, program, venv_path):
     if runtime == "container":
-        rc, out, err = _run(["docker", "image", "inspect", "--format", "{{.Id}}", image or ""], 15)
+        rc, out, err = system.run(["docker", "image", "inspect", "--format", "{{.Id}}", image or ""], 15)
         return out.strip() if rc == 0 else "missing: " + (err.strip().splitlines() or ["no image"])[-1][:160]
     if runtime == "venv":
         pip = os.path.join(venv_path or "", "bin", "pip")
-        rc, out, err = _run([pip, "freeze", "--all"], 30)
+        rc, out, err = system.run([pip, "freeze", "--all"], 30)
         if rc != 0:
             return "missing: " + (err.strip() or "no pip in " + str(venv_path))[:160]
         return "sha256:" + hashlib.sha256(out.encode()).hexdigest()
@@ -234,7 +170,7 @@ def identity(runtime, image, program, venv_path):
     h = hashlib.sha256((_sha256(real) or "").encode())
     # A launcher script names the installed version through paths (a `current` symlink, a prefix):
     # their resolved targets are part of the identity.
-    text = _read(real, "") or ""
+    text = system.read_text(real, "") or ""
     for token in sorted(set(re.findall(r"/[A-Za-z0-9_./+-]+", text))):
         if os.path.exists(token):
             h.update(os.path.realpath(token).encode())
@@ -243,23 +179,10 @@ def identity(runtime, image, program, venv_path):
 
 
 def gid_indexes(ports):
-    """RoCE v2 GID index of each (hca, ipv4) pair, from sysfs; None when there is no RDMA device."""
-    if not os.path.isdir("/sys/class/infiniband"):
+    """RoCE v2 GID index of each (hca, netdev, ipv4) port; None when the node has no RDMA device."""
+    if not rdma.present():
         return None
-    out = {}
-    for hca, ip in ports:
-        want = "ffff:{:02x}{:02x}:{:02x}{:02x}".format(*tuple(int(x) for x in ip.split(".")))
-        found = None
-        for gid_path in sorted(glob.glob(f"/sys/class/infiniband/{hca}/ports/1/gids/*"),
-                               key=lambda p: int(p.rsplit("/", 1)[1])):
-            idx = gid_path.rsplit("/", 1)[1]
-            gid = (_read(gid_path, "") or "").lower()
-            kind = _read(f"/sys/class/infiniband/{hca}/ports/1/gid_attrs/types/{idx}", "") or ""
-            if gid.endswith(want) and "v2" in kind.lower():
-                found = int(idx)
-                break
-        out[hca] = found
-    return out
+    return {hca: rdma.roce_v2_gid_index(hca, netdev, ip)[0] for hca, netdev, ip in ports}
 
 
 def drop_caches():
@@ -286,7 +209,7 @@ def journal_matches(unit, patterns, invocation):
     """Count the log lines of the unit's current run (its invocation) matching each regular expression."""
     args = ["journalctl", "-o", "cat", "--no-pager", "-q"]
     args += ["_SYSTEMD_INVOCATION_ID=" + invocation] if invocation else ["-u", unit]
-    _rc, out, _ = _run(args, 20)
+    _rc, out, _ = system.run(args, 20)
     counts = {}
     for pat in patterns:
         rx = re.compile(pat)
@@ -307,18 +230,18 @@ def main(p):
     elif mode == "markers":
         out["markers"] = journal_matches(p["unit"], p.get("patterns", []), out["unit"].get("invocation"))
     else:
-        out["links"] = links(p.get("netdevs", []))
+        out["links"] = links.read_links(p.get("netdevs", []))
         out["gpu"] = gpu()
         out["unit_sha256"] = _sha256(p["unit_file"]) if p.get("unit_file") else None
         out["file_sha256"] = {path: _sha256(path) for path in p.get("hash_files", [])}
         if p.get("engram_dir"):
-            out["shards"] = shards(p["engram_dir"], p["rank"], p["tp"])
+            out["shards"] = manifests.shards_on_disk(p["engram_dir"], p["rank"], p["tp"])
     if mode == "preflight":
         out["ports_listening"] = listening_ports()
         out["rank_processes"] = rank_processes(p.get("process_words", []))
         out["model"] = model_files(p["model_dir"])
         out["identity"] = identity(p.get("runtime"), p.get("image"), p.get("program"), p.get("venv_path"))
-        out["gids"] = gid_indexes(p.get("hca_ips", []))
+        out["gids"] = gid_indexes(p.get("gid_ports", []))
         out["gpu_apps"] = gpu_apps()
         out["gpu_containers"] = gpu_containers()
     print(json.dumps(out))

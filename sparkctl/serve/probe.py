@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -11,7 +12,10 @@ from typing import Any, Protocol
 from sparkctl.render.rank import rank_secret_names, rank_secrets_text
 from sparkctl.ssh.fleet import HostResult, Target
 
-PROBE_SOURCE = Path(__file__).resolve().parent.parent / "nodeside" / "probe.py"
+NODESIDE = Path(__file__).resolve().parent.parent / "nodeside"
+# The probe and the readers it imports, dependencies first (each module's relative imports resolve
+# against the ones loaded before it).
+PROBE_MODULES = ("system", "links", "rdma", "manifests", "probe")
 # Command-line words of a rank process, whatever the runtime (an earlier run still alive).
 RANK_PROCESS_WORDS = ("sglang serve", "sglang.launch_server", "sparkctl-sim-rank", "sparkctl_sim.rank")
 
@@ -28,11 +32,33 @@ class FleetLike(Protocol):
 # --- the node probe -----------------------------------------------------------------------------
 
 
+# Runs on the node: loads the sources as the modules of an in-memory package ``nodeside`` (so their
+# relative imports work exactly as in sparkctl and in module_utils), then calls the probe.
+_LOADER = """import json, sys, types
+pkg = types.ModuleType("nodeside"); pkg.__path__ = []; sys.modules["nodeside"] = pkg
+for name, source in json.loads(SOURCES):
+    mod = types.ModuleType("nodeside." + name); mod.__package__ = "nodeside"
+    sys.modules[mod.__name__] = mod; setattr(pkg, name, mod)
+    exec(compile(source, "<nodeside/" + name + ".py>", "exec"), mod.__dict__)
+"""
+
+
+def probe_sources() -> list[tuple[str, str]]:
+    return [(name, (NODESIDE / f"{name}.py").read_text()) for name in PROBE_MODULES]
+
+
 def probe_script(params: Mapping[str, Any]) -> str:
-    """Shell text that runs node_probe.py with ``params`` under python3 (sent on stdin, not argv)."""
-    source = PROBE_SOURCE.read_text()
-    call = f"\nmain(json.loads({json.dumps(json.dumps(dict(params)))}))\n"
-    return "exec python3 - <<'SPARKCTL_PROBE_EOF'\n" + source + call + "SPARKCTL_PROBE_EOF\n"
+    """Shell text that runs the node probe with ``params`` under python3 (sent on stdin, not argv).
+
+    Self-contained: the probe's modules travel inside the script, so a read costs one SSH round
+    and needs nothing installed on the node but python3.
+    """
+    body = (
+        f"SOURCES = {json.dumps(json.dumps(probe_sources()))}\n"
+        + _LOADER
+        + f"pkg.probe.main(json.loads({json.dumps(json.dumps(dict(params)))}))\n"
+    )
+    return "exec python3 - <<'SPARKCTL_PROBE_EOF'\n" + body + "SPARKCTL_PROBE_EOF\n"
 
 
 def launch(entry: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -72,7 +98,7 @@ def probe_params(cluster: Any, entry: Mapping[str, Any], mode: str) -> dict[str,
             venv_path=str(cluster.runtime.venv_path) if cluster.runtime.venv_path else None,
             program=argv[0] if argv else None,
             process_words=list(RANK_PROCESS_WORDS),
-            hca_ips=[[p["hca"], p["ip"]] for p in entry.get("fabric", [])],
+            gid_ports=[[p["hca"], p["netdev"], p["ip"]] for p in entry.get("fabric", [])],
         )
     return params
 
@@ -87,8 +113,6 @@ def rank_files(entry: Mapping[str, Any]) -> list[str]:
 
 def expected_hashes(cluster: Any, entry: Mapping[str, Any]) -> dict[str, str]:
     """SHA-256 of what the rank role writes (secrets substituted here, only to hash them)."""
-    import hashlib
-
     rl = launch(entry)
     texts = {f"/etc/systemd/system/{rl.get('unit_name', 'sparkctl-rank.service')}": str(rl.get("unit", ""))}
     for path in rank_files(entry):

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..nodeside import manifests
 from .manifest import HashingWriter, file_sha256
 from .safetensors import SafetensorsError, TensorInfo, read_header, read_index
 
@@ -52,7 +53,7 @@ SCALE_DTYPE = "F8_E8M0"
 FIXED_OFFSETS = (14, 15, 16, 30, 31, 32, 510, 511, 512)
 RANDOM_ROWS = 1024
 SAMPLED_ROWS = 4 + len(FIXED_OFFSETS) + RANDOM_ROWS  # 1,037
-FORMAT = "DSV41EN1"
+FORMAT = manifests.SHARD_FORMAT
 MANIFEST_VERSION = 1
 DEFAULT_BLOCK_ROWS = 1 << 16  # 16.5 MiB of packed rows per I/O block
 _INTERLEAVE_ROWS = 2048  # sub-block that stays in cache while rows are interleaved
@@ -86,7 +87,8 @@ def shard_name(layer: int, rank: int, tp: int) -> str:
 
 
 def manifest_name(rank: int, tp: int) -> str:
-    return f"manifest-r{rank}of{tp}.json"
+    name: str = manifests.shard_manifest_name(rank, tp)
+    return name
 
 
 @dataclass(frozen=True)
@@ -421,15 +423,11 @@ def expected_files(
 
 
 def read_manifest(path: str) -> dict[str, Any] | None:
+    """A rank's shard manifest (None when absent), read by the one node-side reader."""
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise FormatError(f"{path}: unreadable manifest ({exc})") from exc
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("files"), list):
-        raise FormatError(f"{path}: not a {FORMAT} manifest")
+        doc: dict[str, Any] | None = manifests.read(path, fmt=FORMAT)
+    except manifests.ManifestError as exc:
+        raise FormatError(str(exc)) from exc
     return doc
 
 

@@ -21,7 +21,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-MANIFEST_NAME = ".sparkctl-manifest.json"
+from ..nodeside import manifests as reader
+
+MANIFEST_NAME = reader.CHECKPOINT_MANIFEST
 PARTIAL = ".partial"
 VERSION = 1
 HASH_BLOCK = 16 << 20
@@ -29,8 +31,8 @@ HASH_BLOCK = 16 << 20
 IGNORED_DIRS = frozenset({".cache", ".git", ".huggingface"})
 
 
-class ManifestError(ValueError):
-    """A manifest is unreadable or does not describe the directory (the message says which file)."""
+# A manifest is unreadable or does not describe the directory (the message says which file).
+ManifestError = reader.ManifestError
 
 
 def file_sha256(path: str, block: int = HASH_BLOCK, on_bytes: Callable[[int], None] | None = None) -> str:
@@ -102,16 +104,8 @@ def content_key(manifest: dict[str, Any]) -> str:
 
 
 def load(root: str) -> dict[str, Any] | None:
-    path = os.path.join(root, MANIFEST_NAME)
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise ManifestError(f"{path}: unreadable ({exc})") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
-        raise ManifestError(f"{path}: not a sparkctl manifest")
+    """``<root>/.sparkctl-manifest.json`` (None when absent; ManifestError when not a manifest)."""
+    doc: dict[str, Any] | None = reader.read_checkpoint(root)
     return doc
 
 

@@ -2,8 +2,9 @@
 # -*- coding: utf-8 -*-
 """Read-only probe of a node's RoCE fabric: links, MTU, addresses, RoCE v2 GIDs, jumbo pings.
 
-Standard library only. It changes nothing: it reads `ip`, `ethtool` and sysfs, and sends pings.
-Interfaces are read with `ip` (not /sys/class/net, which a container may borrow from its host).
+Standard library only. It changes nothing: it reads sysfs, `ip` and `ethtool -S`, and sends pings.
+Links, addresses and GIDs come from the node-side readers sparkctl's status probe uses too
+(``sparkctl.nodeside.links`` and ``.rdma``, shipped as module_utils).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ author: sparkctl
 RETURN = r"""
 ports:
   description: per port - netdev, hca, present, state, carrier, speed_mbps, mtu, addresses, rdma, gid_index, gid_error
+    (the link fields as sparkctl.nodeside.links.read_link returns them)
   returned: always
   type: list
 pings:
@@ -62,88 +64,33 @@ counters:
 """
 
 import ipaddress
-import json
-import os
 import re
-import shutil
-import subprocess
 import threading
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sparkctl.nodeside import links, rdma, system
 
-IB = "/sys/class/infiniband"
 COUNTER_RE = re.compile(r"(pause|pfc|prio3|discard|ecn|cnp|out_of_buffer)", re.I)
 
 
-def _read(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
-
-
-def _run(argv, timeout=10):
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-        return p.returncode, p.stdout, p.stderr
-    except (OSError, subprocess.SubprocessError) as exc:
-        return 127, "", str(exc)
-
-
-def link_info(netdev):
-    rc, out, _ = _run(["ip", "-j", "-d", "addr", "show", "dev", netdev])
-    if rc != 0:
-        return {"present": False}
-    try:
-        data = json.loads(out)[0]
-    except (ValueError, IndexError):
-        return {"present": False}
-    flags = data.get("flags", [])
-    info = {
-        "present": True,
-        "state": data.get("operstate", "UNKNOWN"),
-        "carrier": "LOWER_UP" in flags,
-        "admin_up": "UP" in flags,
-        "mtu": data.get("mtu"),
-        "addresses": sorted(
-            f"{a['local']}/{a['prefixlen']}" for a in data.get("addr_info", []) if a.get("family") == "inet"
-        ),
-        "speed_mbps": None,
-    }
-    if shutil.which("ethtool"):
-        rc, out, _ = _run(["ethtool", netdev])
-        m = re.search(r"Speed:\s*(\d+)\s*Mb/s", out or "")
-        if m:
-            info["speed_mbps"] = int(m.group(1))
+def port_facts(port, addresses):
+    """One fabric port: its link, IPv4 addresses, RDMA device and RoCE v2 GID index."""
+    info = {"netdev": port["netdev"], "hca": port.get("hca"), "address": port.get("address")}
+    info.update(links.read_link(port["netdev"]))
+    if info["present"]:
+        info["addresses"] = addresses.get(port["netdev"], [])
+    info["rdma"] = rdma.has_device(port.get("hca"))
+    info["gid_index"], info["gid_error"] = (None, "no RDMA device on this node")
+    if info["rdma"]:
+        info["gid_index"], info["gid_error"] = rdma.roce_v2_gid_index(
+            port["hca"], port["netdev"], port["address"])
     return info
-
-
-def gid_index(hca, address):
-    """Index of the RoCE v2 GID that carries `address` on port 1 of `hca`, or (None, why)."""
-    base = os.path.join(IB, hca, "ports", "1")
-    if not os.path.isdir(base):
-        return None, f"no RDMA device {hca}"
-    ip = ipaddress.ip_interface(address).ip
-    want = "0000:0000:0000:0000:0000:ffff:" + "{:04x}:{:04x}".format(int(ip) >> 16, int(ip) & 0xFFFF)
-    gids = os.path.join(base, "gids")
-    found = []
-    for name in sorted(os.listdir(gids), key=lambda s: int(s) if s.isdigit() else 0):
-        gid = (_read(os.path.join(gids, name)) or "").lower()
-        if gid != want:
-            continue
-        kind = _read(os.path.join(base, "gid_attrs", "types", name)) or ""
-        if "v2" in kind.lower():
-            found.append(int(name))
-    if not found:
-        return None, f"{hca}: no RoCE v2 GID for {ip}"
-    return found[0], None
 
 
 def ping(src_dev, dst, size, count, timeout):
     argv = ["ping", "-n", "-q", "-M", "do", "-s", str(size), "-c", str(count), "-i", "0.2",
             "-W", str(timeout), "-I", src_dev, dst]
-    rc, out, err = _run(argv, timeout=count * (timeout + 1) + 5)
+    rc, out, err = system.run(argv, timeout=count * (timeout + 1) + 5)
     m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
     sent, recv = (int(m.group(1)), int(m.group(2))) if m else (count, 0)
     text = (err or out).strip().splitlines()
@@ -158,7 +105,7 @@ def ping(src_dev, dst, size, count, timeout):
 
 
 def counters(netdev):
-    rc, out, _ = _run(["ethtool", "-S", netdev])
+    rc, out, _ = system.run(["ethtool", "-S", netdev])
     if rc != 0:
         return {}
     vals = {}
@@ -184,16 +131,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    rdma_present = os.path.isdir(IB) and bool(os.listdir(IB))
-    ports = []
-    for port in p["ports"]:
-        info = {"netdev": port["netdev"], "hca": port.get("hca"), "address": port.get("address")}
-        info.update(link_info(port["netdev"]))
-        info["rdma"] = bool(port.get("hca")) and os.path.isdir(os.path.join(IB, port.get("hca") or "-"))
-        info["gid_index"], info["gid_error"] = (None, "no RDMA device on this node")
-        if info["rdma"]:
-            info["gid_index"], info["gid_error"] = gid_index(port["hca"], port["address"])
-        ports.append(info)
+    addresses = links.ipv4_addresses()
+    ports = [port_facts(port, addresses) for port in p["ports"]]
 
     jobs = []
     for peer in p["peers"]:
@@ -214,7 +153,7 @@ def main():
     for t in threads:
         t.join()
 
-    result = {"changed": False, "ports": ports, "pings": jobs, "rdma": rdma_present}
+    result = {"changed": False, "ports": ports, "pings": jobs, "rdma": rdma.present()}
     if p["counters"]:
         result["counters"] = {port["netdev"]: counters(port["netdev"]) for port in p["ports"]}
     module.exit_json(**result)

@@ -2,7 +2,8 @@
 # -*- coding: utf-8 -*-
 """Read-only identity of a Spark node: OS, kernel, NVIDIA driver, CUDA, CX-7 firmware, BIOS.
 
-Standard library only. Anything absent or unreadable (a lab container has no GPU, no HCA and
+Standard library only; interfaces and RDMA devices are read by the node-side readers sparkctl's
+probe uses too (``sparkctl.nodeside``, shipped as module_utils). Anything absent or unreadable (a lab container has no GPU, no HCA and
 often no DMI table) is reported as "n/a", never guessed.
 """
 
@@ -47,23 +48,15 @@ import json
 import os
 import re
 import shutil
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sparkctl.nodeside import links, rdma, system
 
 NA = "n/a"
 
 
-def _read(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read().strip()
-    except OSError:
-        return None
-
-
 def os_release():
-    text = _read("/etc/os-release") or ""
+    text = system.read_text("/etc/os-release") or ""
     for line in text.splitlines():
         if line.startswith("PRETTY_NAME="):
             return line.split("=", 1)[1].strip().strip('"') or NA
@@ -71,26 +64,23 @@ def os_release():
 
 
 def nvidia_driver():
-    text = _read("/proc/driver/nvidia/version")
+    text = system.read_text("/proc/driver/nvidia/version")
     if text:
         m = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]+)", text)
         if m:
             return m.group(1)
-    ver = _read("/sys/module/nvidia/version")
+    ver = system.read_text("/sys/module/nvidia/version")
     return ver or NA
 
 
 def cuda_version():
     smi = shutil.which("nvidia-smi")
     if smi:
-        try:
-            out = subprocess.run([smi], capture_output=True, text=True, timeout=20, check=False).stdout
-        except (OSError, subprocess.SubprocessError):
-            out = ""
+        _rc, out, _err = system.run([smi], timeout=20)
         m = re.search(r"CUDA Version:\s*([0-9.]+)", out)
         if m:
             return m.group(1)
-    text = _read("/usr/local/cuda/version.json")
+    text = system.read_text("/usr/local/cuda/version.json")
     if text:
         try:
             return json.loads(text)["cuda"]["version"]
@@ -100,34 +90,15 @@ def cuda_version():
 
 
 def cx7_firmware(hcas):
-    versions = []
-    for hca in hcas:
-        ver = _read(os.path.join("/sys/class/infiniband", hca, "fw_ver"))
-        if ver:
-            versions.append(ver)
-    return ",".join(sorted(set(versions))) if versions else NA
+    return ",".join(rdma.firmware(hcas)) or NA
 
 
 def bios():
-    ver = _read("/sys/class/dmi/id/bios_version")
-    date = _read("/sys/class/dmi/id/bios_date")
+    ver = system.read_text("/sys/class/dmi/id/bios_version")
+    date = system.read_text("/sys/class/dmi/id/bios_date")
     if not ver:
         return NA
     return f"{ver} ({date})" if date else ver
-
-
-def netdevs(module):
-    """Interface names of this network namespace (from `ip`, not /sys/class/net: in a container
-    with a borrowed sysfs, /sys shows the host's interfaces)."""
-    rc, out, _err = module.run_command(["ip", "-o", "link", "show"])
-    if rc != 0:
-        return set()
-    names = set()
-    for line in out.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) >= 2:
-            names.add(parts[1].strip().split("@", 1)[0])
-    return names
 
 
 def main():
@@ -147,10 +118,9 @@ def main():
         "cx7_firmware": cx7_firmware(hcas),
         "bios": bios(),
     }
-    present = netdevs(module)
-    missing = [n for n in module.params["netdevs"] if n not in present]
-    rdma = os.path.isdir("/sys/class/infiniband") and bool(os.listdir("/sys/class/infiniband"))
-    module.exit_json(changed=False, identity=identity, missing_netdevs=missing, rdma=rdma)
+    found = links.read_links(module.params["netdevs"])
+    missing = [n for n in module.params["netdevs"] if not found[n]["present"]]
+    module.exit_json(changed=False, identity=identity, missing_netdevs=missing, rdma=rdma.present())
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ author: sparkctl
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sparkctl_stage import fanout, transfer
+from ansible.module_utils.sparkctl.stage import fanout, transfer
 
 
 def main():

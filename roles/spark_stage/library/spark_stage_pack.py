@@ -31,7 +31,7 @@ author: sparkctl
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sparkctl_stage import dsv41en1, transfer
+from ansible.module_utils.sparkctl.stage import dsv41en1, transfer
 
 
 def main():

@@ -26,7 +26,7 @@ author: sparkctl
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sparkctl_stage import dsv41en1, manifest
+from ansible.module_utils.sparkctl.stage import dsv41en1, manifest
 
 
 def _gib(n):

@@ -41,7 +41,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sparkctl_stage import dsv41en1, manifest, transfer
+from ansible.module_utils.sparkctl.stage import dsv41en1, manifest, transfer
 
 
 def _from_dir(module, src, model_dir):

@@ -39,7 +39,7 @@ stage:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sparkctl_stage import dsv41en1, manifest
+from ansible.module_utils.sparkctl.stage import dsv41en1, manifest
 
 
 def weights_summary(model_dir, expected, depth):

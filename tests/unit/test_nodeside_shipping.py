@@ -1,0 +1,87 @@
+"""The node-side readers as they reach a node: inside the probe script (one SSH round, nothing
+installed) and inside Ansible modules (AnsiballZ packing the ``module_utils/sparkctl`` symlinks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkctl.serve import probe
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE = Path(sys.executable).parent / "ansible"
+
+
+def _run_probe(params: dict[str, Any]) -> dict[str, Any]:
+    script = probe.probe_script(params)
+    proc = subprocess.run(["/bin/sh", "-s"], input=script, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    doc: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return doc
+
+
+def test_status_probe_carries_its_readers(tmp_path: Path) -> None:
+    (tmp_path / "manifest-r0of4.json").write_text(json.dumps({"format": "DSV41EN1", "rank": 0, "tp": 4,
+                                                              "files": []}))
+    doc = _run_probe({"mode": "status", "unit": "sparkctl-none.service", "netdevs": ["lo", "absent9"],
+                      "unit_file": str(tmp_path / "unit"), "hash_files": [], "engram_dir": str(tmp_path),
+                      "rank": 0, "tp": 4})
+    assert doc["links"]["lo"]["present"] and doc["links"]["lo"]["mtu"] > 0
+    assert doc["links"]["absent9"] == {"present": False}
+    assert doc["shards"] == {"verified": False, "problem": "manifest-r0of4.json lists no files"}
+
+
+def test_probe_script_names_every_module_it_imports() -> None:
+    """Each relative import of the shipped modules resolves to a module shipped before it."""
+    shipped: list[str] = []
+    for name, source in probe.probe_sources():
+        for line in source.splitlines():
+            if line.startswith("from . import "):
+                wanted = [w.strip() for w in line[len("from . import "):].split(",")]
+                assert set(wanted) <= set(shipped), f"{name} needs {wanted}, shipped before it: {shipped}"
+        shipped.append(name)
+    assert shipped[-1] == "probe"
+
+
+def _module(role: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_LIBRARY": str(REPO / "roles" / role / "library"),
+        "ANSIBLE_MODULE_UTILS": str(REPO / "roles" / role / "module_utils"),
+        "ANSIBLE_VARS_ENABLED": "host_group_vars",
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.minimal",
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    argv = [str(ANSIBLE), "localhost", "-i", "localhost,", "-c", "local", "-m", name,
+            "-e", f"ansible_python_interpreter={sys.executable}", "-a", json.dumps(args)]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, timeout=180)
+    head, sep, body = proc.stdout.partition(" => ")
+    assert sep and "FAILED" not in head, proc.stdout + proc.stderr
+    res: dict[str, Any] = json.loads(body)
+    return res
+
+
+@pytest.mark.skipif(not ANSIBLE.exists(), reason="ansible is not installed next to this python")
+def test_fabric_probe_module_reads_links_through_module_utils() -> None:
+    res = _module("spark_fabric", "sparkctl_fabric_probe",
+                  {"ports": [{"netdev": "lo", "hca": "", "address": "127.0.0.1/8"},
+                             {"netdev": "absent9", "hca": "", "address": "10.9.9.9/24"}]})
+    lo, absent = res["ports"]
+    assert lo["present"] and "127.0.0.1/8" in lo["addresses"] and lo["mtu"] > 0
+    assert (lo["rdma"], lo["gid_index"]) == (False, None)
+    assert absent["present"] is False
+
+
+@pytest.mark.skipif(not ANSIBLE.exists(), reason="ansible is not installed next to this python")
+def test_identity_module_reads_links_through_module_utils() -> None:
+    res = _module("spark_preflight", "sparkctl_identity", {"netdevs": ["lo", "absent9"], "hcas": []})
+    assert res["missing_netdevs"] == ["absent9"]
+    assert res["identity"]["kernel"] == os.uname().release and res["identity"]["cx7_firmware"] == "n/a"

@@ -18,16 +18,19 @@ from dataclasses import dataclass, field
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MAX_PIXELS = 4_000_000
 
+# The colours the simulator can name. The seven that sparkctl's qualify images draw (red, green,
+# blue, yellow, black, orange, purple) have exactly the RGB those images use: one palette, pinned by
+# tests/unit/test_qa_images.py (this package cannot import sparkctl, nor sparkctl this package).
 COLOUR_NAMES: dict[str, tuple[int, int, int]] = {
-    "black": (0, 0, 0),
+    "black": (20, 20, 20),
     "white": (255, 255, 255),
     "gray": (128, 128, 128),
-    "red": (220, 20, 20),
-    "green": (20, 160, 40),
-    "blue": (20, 60, 230),
-    "yellow": (245, 215, 0),
-    "orange": (250, 140, 0),
-    "purple": (130, 40, 170),
+    "red": (220, 30, 30),
+    "green": (30, 160, 60),
+    "blue": (30, 70, 220),
+    "yellow": (240, 200, 20),
+    "orange": (245, 130, 20),
+    "purple": (130, 50, 170),
     "pink": (250, 150, 200),
     "brown": (130, 80, 30),
     "cyan": (0, 210, 220),

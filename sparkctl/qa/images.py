@@ -1,10 +1,13 @@
 """Test images for the vision checks, written with the standard library only.
 
 Every image is an 8-bit RGB PNG (colour type 2) with filter type 0 on every row and a single IDAT
-chunk: the simplest PNG there is, so a stdlib decoder (the rank simulator's) can read it as easily as
-a real vision model. Shapes are filled squares and circles in well-separated colours on white, laid
-out left to right in equal cells with white gaps between them, so "how many, which colours, in what
-order" has one unambiguous answer.
+chunk: the simplest PNG there is. sparkctl only writes images; the one PNG decoder is the rank
+simulator's (``sparkctl_sim.images``, standard library, every filter and colour type), and the
+tests read these fixtures with it and with Pillow. ``PALETTE`` is the simulator's palette for these
+colour names, value for value (the two packages may not import each other; a test pins the
+equality). Shapes are filled squares and circles in well-separated colours on white, laid out left
+to right in equal cells with white gaps between them, so "how many, which colours, in what order"
+has one unambiguous answer.
 """
 
 from __future__ import annotations
@@ -75,37 +78,6 @@ def encode_png(width: int, height: int, pixels: Sequence[bytes]) -> bytes:
     )
 
 
-def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:
-    """Decode the PNGs this module writes (8-bit RGB, filter 0) into (width, height, rows)."""
-    if not data.startswith(PNG_SIGNATURE):
-        raise ValueError("not a PNG")
-    pos = len(PNG_SIGNATURE)
-    width = height = 0
-    idat = b""
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        kind = data[pos + 4 : pos + 8]
-        payload = data[pos + 8 : pos + 8 + length]
-        pos += 12 + length
-        if kind == b"IHDR":
-            width, height, depth, colour_type, _, _, interlace = struct.unpack(">IIBBBBB", payload)
-            if (depth, colour_type, interlace) != (8, 2, 0):
-                raise ValueError("only 8-bit RGB, non-interlaced PNGs are supported")
-        elif kind == b"IDAT":
-            idat += payload
-        elif kind == b"IEND":
-            break
-    raw = zlib.decompress(idat)
-    stride = 3 * width + 1
-    rows = []
-    for y in range(height):
-        line = raw[y * stride : (y + 1) * stride]
-        if line[0] != 0:
-            raise ValueError(f"row {y} uses PNG filter {line[0]}; only filter 0 is supported")
-        rows.append(line[1:])
-    return width, height, rows
-
-
 def render(shapes: Sequence[Shape], cell: int = 128, margin: int = 24) -> bytes:
     """Draw shapes left to right, one per ``cell``-pixel square cell, on white."""
     for shape in shapes:
@@ -130,28 +102,6 @@ def render(shapes: Sequence[Shape], cell: int = 128, margin: int = 24) -> bytes:
                 row[3 * x : 3 * x + 3] = bytes((r, g, b))
         rows.append(bytes(row))
     return encode_png(width, height, rows)
-
-
-def nearest_colour(rgb: tuple[int, int, int]) -> str:
-    return min(PALETTE, key=lambda name: sum((a - b) ** 2 for a, b in zip(PALETTE[name], rgb, strict=True)))
-
-
-def colours_left_to_right(png: bytes) -> list[str]:
-    """What a careful reader sees: the colour of each shape, left to right.
-
-    A shape is a run of columns holding non-white pixels; runs are separated by all-white columns.
-    """
-    width, height, rows = decode_png(png)
-    found: list[str] = []
-    in_shape = False
-    for x in range(width):
-        column = [tuple(rows[y][3 * x : 3 * x + 3]) for y in range(height)]
-        inked = [px for px in column if px != WHITE]
-        if inked and not in_shape:
-            r, g, b = inked[len(inked) // 2]
-            found.append(nearest_colour((r, g, b)))
-        in_shape = bool(inked)
-    return found
 
 
 # The pinned fixtures the qualify suite sends. Changing them changes what "pass" means.

@@ -2,11 +2,12 @@
 
 The modules here split in two groups:
 
-* node side, standard library only (they also run on the nodes, shipped to Ansible as the
-  ``sparkctl_stage`` module_utils package, a symlink to this directory):
+* node side, standard library only (they also run on the nodes, shipped to Ansible as
+  ``ansible.module_utils.sparkctl.stage``, a symlink to this directory beside one to ``nodeside``,
+  whose manifest reader they use):
   ``safetensors`` (header reader), ``dsv41en1`` (the packed-shard format, packer and verifier),
   ``manifest`` (file digests, the idempotence key), ``transfer`` (the fabric chain agent),
-  ``fanout`` (who pulls from whom), ``nodecheck`` (per-node verification summaries);
+  ``fanout`` (who pulls from whom);
 * controller side: ``progress`` (live per-node transfer bars) — it imports rich.
 
 Keep this ``__init__`` free of imports: Ansible packs it with every stage module.

@@ -1,7 +1,7 @@
 """The DSV41EN1 packed Engram shard: format, row ranges, packer and verifier — defined here only.
 
-Standard library only: the node-side Ansible modules import this file (through the
-``sparkctl_stage`` module_utils package), and so do the controller and the tests.
+Standard library only: the node-side Ansible modules import this file (as
+``ansible.module_utils.sparkctl.stage``), and so do the controller and the tests.
 
 A packed file holds one rank's contiguous slice of one Engram layer::
 

@@ -8,15 +8,22 @@ import zlib
 import pytest
 
 from sparkctl.qa import images
+from sparkctl_sim import images as sim
 
 
-def test_png_round_trip_through_own_decoder() -> None:
+def test_png_decoded_by_the_simulator() -> None:
     png = images.render([images.Shape("square", "red"), images.Shape("circle", "blue")], cell=64, margin=8)
-    width, height, rows = images.decode_png(png)
+    width, height, rows = sim.decode_png(png)
     assert (width, height) == (128, 64)
-    assert rows[0][:3] == bytes(images.WHITE)  # margin is background
-    assert rows[32][3 * 32 : 3 * 32 + 3] == bytes(images.PALETTE["red"])  # centre of the first cell
-    assert rows[32][3 * 96 : 3 * 96 + 3] == bytes(images.PALETTE["blue"])  # centre of the second
+    assert rows[0][0] == images.WHITE  # margin is background
+    assert rows[32][32] == images.PALETTE["red"]  # centre of the first cell
+    assert rows[32][96] == images.PALETTE["blue"]  # centre of the second
+
+
+def test_one_palette_for_drawing_and_naming() -> None:
+    """The simulator names each drawn colour with exactly the RGB drawn for it."""
+    assert {name: sim.COLOUR_NAMES[name] for name in images.PALETTE} == images.PALETTE
+    assert all(sim.colour_name(rgb) == name for name, rgb in images.PALETTE.items())
 
 
 def test_png_is_read_by_an_independent_decoder() -> None:
@@ -42,12 +49,9 @@ def test_every_row_uses_filter_zero() -> None:
 
 def test_fixtures_say_what_they_draw() -> None:
     one = images.one_image()
-    assert images.colours_left_to_right(one.png) == one.colours == ["red", "blue", "yellow"]
+    assert one.colours == ["red", "blue", "yellow"]
     four = images.four_images()
-    assert len(four) == 4
-    assert [images.colours_left_to_right(f.png) for f in four] == [
-        [c] for c in ["green", "orange", "purple", "black"]
-    ]
+    assert [f.colours for f in four] == [[c] for c in ["green", "orange", "purple", "black"]]
     assert one.data_url().startswith("data:image/png;base64,iVBOR")
 
 
@@ -61,7 +65,6 @@ def test_unknown_colour_is_refused() -> None:
 
 
 def test_simulator_sees_the_same_shapes() -> None:
-    sim = pytest.importorskip("sparkctl_sim.images")
     info = sim.analyse(images.one_image().data_url(), 1)
     assert [s.colour for s in info.shapes] == ["red", "blue", "yellow"]
     assert [s.kind for s in info.shapes] == ["square", "circle", "square"]

@@ -44,7 +44,7 @@ ckpt=$(python3 -c 'import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))["spa
 step checkpoint     python3 tests/fixtures/synth_checkpoint.py "$ckpt" --filler-shards 4 --filler-mib 64 --engram-rows 65536
 step stage          sparkctl -i "$inv" stage all
 step stage-again    sparkctl -i "$inv" stage all
-step up             sparkctl -i "$inv" up
+step up             sparkctl -i "$inv" up --yes
 step status         sparkctl -i "$inv" status
 step qualify        sparkctl -i "$inv" qualify --suite full --results "$out/qualify"
 step bench          sparkctl -i "$inv" bench --concurrency 1,4,8 --repeats 2 --plot "$out/ladder.png" --results "$out/bench"

@@ -81,7 +81,8 @@ def _global(
 
 
 # Modules that add commands to ``app``; each exposes ``register(app)``.
-# Within a help panel, commands are listed in this (registration) order.
+# Within a help panel, commands are listed in registration order, plain commands before command
+# groups (typer's rule): Provision reads preflight, provision, switch, check.
 _COMMAND_MODULES = [
     "sparkctl.cli.cluster",
     "sparkctl.cli.preflight",

@@ -42,25 +42,27 @@ def mismatched(ids: dict[str, dict[str, str]]) -> list[str]:
 
 
 def identity_table(cluster: Cluster, ids: dict[str, dict[str, str]], unreachable: dict[str, str]) -> Table:
+    """One row per identity field, one column per node (rank order); a value that differs from the
+    most common one is red, and so is the mark of its row."""
     fields = list(dict.fromkeys(f for ident in ids.values() for f in ident))
     differ = set(mismatched(ids))
     table = Table(title=f"node identity · {cluster.name}", title_justify="left")
     table.add_column("")
-    table.add_column("node", style="bold")
-    table.add_column("rank", justify="right")
-    for f in fields:
-        table.add_column(f.replace("_", " "), style="red" if f in differ else "")
-    usual = {f: Counter(ident.get(f) for ident in ids.values()).most_common(1)[0][0] for f in differ}
+    table.add_column("", style="bold", no_wrap=True)
     for node in cluster.nodes:
-        ident = ids.get(node.name)
-        if ident is None:
-            why = unreachable.get(node.name, "no answer")
-            table.add_row(ui.FAIL, node.name, str(node.rank), Text(f"unreachable: {why}", style="red"))
-            continue
-        odd = any(ident.get(f) != usual[f] for f in differ)
-        cells = [Text(ident.get(f, "-"), style="bold red" if f in differ and ident.get(f) != usual[f] else "")
-                 for f in fields]
-        table.add_row(ui.FAIL if odd else ui.OK, node.name, str(node.rank), *cells)
+        table.add_column(node.name, overflow="fold")
+    table.add_row("", "rank", *(str(node.rank) for node in cluster.nodes))
+    answered = [Text("yes") if node.name in ids else
+                Text(f"no: {unreachable.get(node.name, 'no answer')}", style="red") for node in cluster.nodes]
+    table.add_row(ui.OK if len(ids) == len(cluster.nodes) else ui.FAIL, "answered", *answered)
+    for f in fields:
+        usual = Counter(ident.get(f) for ident in ids.values()).most_common(1)[0][0]
+        cells = []
+        for node in cluster.nodes:
+            value = ids.get(node.name, {}).get(f)
+            odd = f in differ and value is not None and value != usual
+            cells.append(Text("–" if value is None else value, style="bold red" if odd else ""))
+        table.add_row(ui.FAIL if f in differ else ui.OK, f.replace("_", " "), *cells)
     return table
 
 
@@ -94,12 +96,9 @@ def preflight(
         ui.console.print(f"[dim]artifacts: {result.artifact_dir}[/dim]")
     if not result.ok:
         details = [str(f) for f in result.failures][:12]
-        if differ:
-            what = f"node identity differs in {', '.join(differ)}"
-        elif unreachable:
-            what = f"unreachable: {', '.join(sorted(unreachable))}"
-        else:
-            what = f"failed on {', '.join(result.failed_hosts) or 'the controller'}"
+        parts = [f"node identity differs in {', '.join(differ)}"] if differ else []
+        parts += [f"unreachable: {', '.join(sorted(unreachable))}"] if unreachable else []
+        what = "; ".join(parts) or f"failed on {', '.join(result.failed_hosts) or 'the controller'}"
         raise SparkctlError(
             f"preflight: {what}",
             hint="bring the nodes to one level (or power on / fix SSH), then re-run `sparkctl preflight`",

@@ -3,7 +3,8 @@
 ``sparkctl --help`` lists the commands in the order a site meets them — inventory, provision,
 stage, serve, observe, qualify/bench, lab — one panel each (``PANELS``). A command joins a panel
 with ``rich_help_panel=`` where it is registered and carries one example in its epilog
-(``example(...)``). Within a panel, commands keep the order their modules register them.
+(``example(...)``). Within a panel, commands keep the order their modules register them (typer
+adds command groups such as ``switch`` after the plain commands).
 
 Completion (``sparkctl --install-completion``) offers node names, ranks, profile names and
 provision tags. Node names and ranks come from the chosen inventory when it loads within
@@ -64,7 +65,7 @@ class LifecycleGroup(OrderedGroup):
             panel = getattr(self.commands[name], "rich_help_panel", None)
             return PANELS.index(panel) if panel in PANELS else len(PANELS)
 
-        return sorted(names, key=rank)  # stable: registration order within a panel
+        return sorted(names, key=rank)  # stable: the order within a panel stays
 
 
 # --- which inventory ---------------------------------------------------------------------------

@@ -143,7 +143,8 @@ def test_up_at_a_terminal_asks_before_replacing_running_ranks(
     assert res.code == code, res.err
     assert len(asked) == 1 and "cluster is degraded" in asked[0]
     assert site.books() == books
-    assert "rank 0 on spark-0 (active)" in res.err and "spark-1" not in res.err.split("running:")[1].split("\n")[0]
+    running = res.err.split("running:")[1].split("\n")[0]
+    assert "rank 0 on spark-0 (active)" in running and "spark-1" not in running
     if not answer:
         assert "left as they were" in res.err
 

@@ -33,10 +33,11 @@ def _ready(lab: Lab) -> bool:
 @pytest.fixture(scope="module")
 def serving(lab: Lab) -> Lab:
     if not _ready(lab):
-        for verb in ("provision", "stage", "up"):
-            proc = lab.run_sparkctl(verb, timeout=900)
+        for verb in (["provision"], ["stage"], ["up", "--yes"]):  # --yes: ranks may run, not ready
+            proc = lab.run_sparkctl(*verb, timeout=900)
+            what = " ".join(verb)
             assert proc.returncode == 0, (
-                f"sparkctl {verb} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+                f"sparkctl {what} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
             )
     assert _ready(lab)
     return lab

@@ -54,7 +54,7 @@ def served(lab: Lab) -> Iterator[Lab]:
 
 
 def test_up_reaches_ready_and_status_exits_0(served: Lab) -> None:
-    up = served.run_sparkctl("up", json_out=True)
+    up = served.run_sparkctl("up", "--yes", json_out=True)  # ranks an earlier module left may run
     _ok(up, "up")
     doc = json.loads(up.stdout)
     assert doc["result"] == "ready"
@@ -94,7 +94,7 @@ def test_killed_rank_turns_status_degraded_and_up_heals(served: Lab) -> None:
         time.sleep(0.2)
     assert snap["verdict"] == "degraded" and status.returncode == 3, snap
     assert any(r.startswith("spark-2 (rank 2)") for r in snap["reasons"])
-    _ok(served.run_sparkctl("up"), "up (heal)")
+    _ok(served.run_sparkctl("up", "--yes"), "up (heal)")  # replaces the three ranks still running
     _ok(served.run_sparkctl("status"), "status after heal")
 
 

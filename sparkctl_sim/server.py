@@ -12,6 +12,7 @@ import hmac
 import json
 import os
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -101,8 +102,6 @@ class SimHTTPServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], rank: RankProcess) -> None:
         self.rank = rank
         if ":" in address[0]:
-            import socket
-
             self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
 

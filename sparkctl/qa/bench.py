@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkctl.errors import InputError
-from sparkctl.qa.endpoint import Endpoint
+from sparkctl.qa import published as pub
+from sparkctl.qa.endpoint import Endpoint, for_cluster
+from sparkctl.qa.published import WORKLOADS
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
-WORKLOADS = ("coding", "prose")
 WARMUP_TOKENS = 64
 TIMEOUT_S = 900.0
 
@@ -470,9 +471,6 @@ def write_report(report: BenchReport, results_dir: Path) -> Path:
 
 def bench_cluster(cluster: Any, **kwargs: Any) -> BenchReport:
     """``run_bench`` against an inventory's rank 0, compared with its profile's published figures."""
-    from sparkctl.qa import published as pub
-    from sparkctl.qa.endpoint import for_cluster
-
     endpoint = for_cluster(cluster)
     return run_bench(
         endpoint,

@@ -35,12 +35,14 @@ class Endpoint:
         return f"{self.root}/v1"
 
     def client(self, timeout: float = 600.0) -> OpenAI:
+        # openai costs ~0.75 s to import (python -X importtime); only qualify and bench talk to it,
+        # and every other verb that imports this module (status, up) must not pay for it.
         from openai import OpenAI
 
         return OpenAI(base_url=self.base_url, api_key=self.api_key or _NO_KEY, timeout=timeout, max_retries=0)
 
     def async_client(self, timeout: float = 600.0) -> AsyncOpenAI:
-        from openai import AsyncOpenAI
+        from openai import AsyncOpenAI  # on use: see client()
 
         return AsyncOpenAI(
             base_url=self.base_url, api_key=self.api_key or _NO_KEY, timeout=timeout, max_retries=0

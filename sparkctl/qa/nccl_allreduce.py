@@ -28,6 +28,8 @@ failure the document is ``{"error": ...}`` and the exit code is 1; bad arguments
 from __future__ import annotations
 
 import argparse
+import datetime
+import inspect
 import json
 import math
 import os
@@ -367,9 +369,8 @@ def _nccl_version(torch: Any) -> str | None:
 
 
 def _init(args: argparse.Namespace, rank: int, local_rank: int) -> tuple[Any, Any, Any]:
-    import datetime
-    import inspect
-
+    # torch only where the measurement runs: this file is copied to the nodes as a standalone
+    # script, and the controller imports it (verdict, argument checks) without torch installed.
     import torch
     import torch.distributed as dist
 
@@ -529,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))  # exit 2
     if not args.local_procs:
         return _one(args, args.rank, args.local_rank)
-    import torch.multiprocessing as mp
+    import torch.multiprocessing as mp  # see _init: torch exists only where the script runs
 
     try:
         mp.spawn(_spawned, args=(args,), nprocs=args.local_procs, join=True)

@@ -16,6 +16,8 @@ PUBLISHED = "#a0aec0"
 
 def ladder_figure(report: BenchReport) -> Figure:
     """One panel per workload, grouped bars per concurrency (no pyplot state, safe in threads)."""
+    # Imported on use: matplotlib costs ~0.5 s to import (python -X importtime) and only
+    # `bench --plot` draws.
     from matplotlib.figure import Figure
 
     names = list(dict.fromkeys(lvl.workload for lvl in report.levels))

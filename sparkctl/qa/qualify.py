@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sparkctl.errors import InputError
 from sparkctl.qa import haystack, images
 from sparkctl.qa.endpoint import Endpoint, for_cluster
+from sparkctl.qa.published import needle_points
 from sparkctl.qa.schema import validate
 
 if TYPE_CHECKING:
@@ -577,8 +578,6 @@ def qualify_endpoint(
 
 def needle_targets(cluster: Cluster, endpoint: Endpoint) -> list[int]:
     """The ladder for this cluster: the profile's published rungs, else points scaled to its context."""
-    from sparkctl.qa.published import needle_points
-
     context = endpoint.context_length
     arg = cluster.profile.args.get("--context-length")
     if context is None and arg:

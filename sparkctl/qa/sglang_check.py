@@ -16,10 +16,12 @@ proves SGLang accepts that file.
 from __future__ import annotations
 
 import abc
+import contextlib
 import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -314,13 +316,12 @@ def ensure_accepted_if_available(cluster: Any) -> bool:
 
 def _parse_in_this_process(args: list[str]) -> dict[str, Any]:
     """Child side: import SGLang behind the stubs and parse. Returns {"errors": [...], ...}."""
-    import contextlib
-    import io
-
     install_stubs()
     stderr = io.StringIO()
     try:
         with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            # Only here: SGLang exists only in the interpreter this script runs under, and only
+            # once the stubs above stand in for what a parser check need not load.
             from sglang.srt.server_args import prepare_server_args
 
             server_args = prepare_server_args(args)

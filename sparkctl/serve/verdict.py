@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,8 +90,6 @@ def verdict(cluster: Any, nodes: Mapping[str, NodeFacts], head: HeadFacts | None
 def snapshot(cluster: Any, doc: Mapping[str, Any], fleet: FleetLike, http: httpx.Client,
              api_key: str | None, timeout: float = 5.0) -> Snapshot:
     """Probe every node and rank 0's API concurrently; judge."""
-    from concurrent.futures import ThreadPoolExecutor
-
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=1) as pool:
         head_future = pool.submit(head_checks, cluster, http, api_key, min(timeout, 2.0))

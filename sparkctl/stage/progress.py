@@ -26,6 +26,7 @@ from rich.progress import (
 )
 
 from sparkctl.ansible import runner
+from sparkctl.ssh import fleet as remote
 
 PROGRESS_FILE = "stage-progress.json"
 
@@ -48,8 +49,6 @@ def parse(text: str | None, since: float) -> dict[str, Any] | None:
 
 def fleet_reader(cluster: Any) -> tuple[Reader, Callable[[], None]]:
     """A reader over SSH for every node of ``cluster``, and the function that closes it."""
-    from sparkctl.ssh import fleet as remote
-
     fleet = remote.Fleet(remote.targets_for(cluster))
     path = f"{cluster.paths.run_dir}/{PROGRESS_FILE}"
     script = f"cat {shlex.quote(path)} 2>/dev/null || true"

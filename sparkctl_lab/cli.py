@@ -194,9 +194,9 @@ def link_cmd(
     mgmt: Annotated[bool, typer.Option("--mgmt", help="The management cable instead of the fabric.")] = False,
 ) -> None:
     """Cut or restore a node's fabric link(s) at the lab switch (or its management link)."""
-    from sparkctl_lab import control
+    from sparkctl_lab import chaos
 
-    touched = control.set_link(node, to is LinkState.up, [half.value] if half else None, mgmt=mgmt)
+    touched = chaos.set_link(node, to is LinkState.up, [half.value] if half else None, mgmt=mgmt)
     if _json(ctx):
         ui.print_json({"node": node, "state": to.value, "ports": touched})
     else:
@@ -210,9 +210,9 @@ def mtu_cmd(
     mtu: Annotated[int, typer.Argument(help="New MTU (switch default 9216)")],
 ) -> None:
     """Set a lab switch port's MTU; frames above it really drop."""
-    from sparkctl_lab import control
+    from sparkctl_lab import chaos
 
-    before = control.set_port_mtu(port, mtu)
+    before = chaos.set_port_mtu(port, mtu)
     if _json(ctx):
         ui.print_json({"port": port, "mtu": mtu, "previous": before})
     else:
@@ -230,9 +230,9 @@ def fill_cmd(
     clear: Annotated[bool, typer.Option("--clear", help="Remove the fill file.")] = False,
 ) -> None:
     """Fill a node's NVMe (a size-limited one from `lab up --nvme-gib`) to test "disk too small"."""
-    from sparkctl_lab import control
+    from sparkctl_lab import chaos
 
-    result = control.fill_nvme(node, gib=gib, free_mib=free_mib, clear=clear)
+    result = chaos.fill_nvme(node, gib=gib, free_mib=free_mib, clear=clear)
     if _json(ctx):
         ui.print_json({"node": node, **result})
     else:
@@ -254,18 +254,18 @@ def exec_cmd(
     ] = None,
 ) -> None:
     """Run a command inside a machine (all its namespaces), without SSH. Exit code is passed through."""
-    from sparkctl_lab import control, host, state
+    from sparkctl_lab import control, host, machines, state
 
     host.require_root_linux("exec")
     control.check_machine(machine)
     st = state.load()
-    pid = control.init_pid(machine, st)
+    pid = machines.init_pid(machine, st)
     if pid is None:
         raise SparkctlError(
             f"{machine} is not running", hint=f"sparkctl lab start {machine}", exit_code=EXIT_USAGE
         )
     argv = command or ["/bin/bash", "-l"]
-    env_args = [f"{k}={v}" for k, v in control.NODE_ENV.items()]
+    env_args = [f"{k}={v}" for k, v in machines.NODE_ENV.items()]
     rc = subprocess.call(["nsenter", "-t", str(pid), "-a", "--", "env", "-i", *env_args, *argv])
     raise typer.Exit(rc)
 

@@ -134,9 +134,9 @@ class Lab:
         self, machine: str, *argv: str, check: bool = True, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
         """Run a command inside a machine without SSH (nsenter into its namespaces)."""
-        from sparkctl_lab import control, state
+        from sparkctl_lab import machines, state
 
-        proc = control.node_exec(machine, list(argv), state.load(), timeout=timeout)
+        proc = machines.node_exec(machine, list(argv), state.load(), timeout=timeout)
         if check and proc.returncode != 0:
             raise AssertionError(
                 f"{machine}: {' '.join(argv)} exited {proc.returncode}: {proc.stderr.strip()}"
@@ -178,24 +178,24 @@ class Lab:
         control.start(machine)
 
     def link(self, node: str, up: bool, half: str | None = None, mgmt: bool = False) -> list[str]:
-        from sparkctl_lab import control
+        from sparkctl_lab import chaos
 
-        return control.set_link(node, up, [half] if half else None, mgmt=mgmt)
+        return chaos.set_link(node, up, [half] if half else None, mgmt=mgmt)
 
     def set_port_mtu(self, port: str, mtu: int) -> int | None:
-        from sparkctl_lab import control
+        from sparkctl_lab import chaos
 
-        return control.set_port_mtu(port, mtu)
+        return chaos.set_port_mtu(port, mtu)
 
     def fill(self, node: str, *, gib: float | None = None, free_mib: int | None = None) -> dict[str, int]:
-        from sparkctl_lab import control
+        from sparkctl_lab import chaos
 
-        return control.fill_nvme(node, gib=gib, free_mib=free_mib)
+        return chaos.fill_nvme(node, gib=gib, free_mib=free_mib)
 
     def clear_fill(self, node: str) -> None:
-        from sparkctl_lab import control
+        from sparkctl_lab import chaos
 
-        control.fill_nvme(node, clear=True)
+        chaos.fill_nvme(node, clear=True)
 
     @contextmanager
     def port_mtu(self, port: str, mtu: int) -> Iterator[None]:
@@ -237,13 +237,13 @@ class Lab:
 
     def heal(self) -> None:
         """Undo every chaos hook: ports back to 9216 and up, cables plugged, machines on, NVMe unfilled."""
-        from sparkctl_lab import control, topology
+        from sparkctl_lab import chaos, topology
 
         for port in topology.switch_ports():
             self.set_port_mtu(port, topology.SWITCH_PORT_MTU)
         for node in topology.node_names():
-            control.set_link(node, True, None, mgmt=True)
-            control.set_link(node, True, None)
+            chaos.set_link(node, True, None, mgmt=True)
+            chaos.set_link(node, True, None)
             if self.nvme_gib:
                 self.clear_fill(node)
         for machine, row in self.status().items():

@@ -55,7 +55,8 @@ def for_stage(
     """`sparkctl stage [weights|engram|all] [--verify-only] [--force]` → playbooks/stage.yml.
 
     ``settings`` carries extra ``spark_stage_*`` knobs (e.g. ``spark_stage_bwlimit_mib_s``); every
-    other value comes from the inventory through the role defaults.
+    other value (TP size, disk margin, paths) comes from the inventory through the role defaults,
+    so a manual ``ansible-playbook playbooks/stage.yml`` computes the same values.
     """
     if what not in STAGE_WHAT:
         raise ValueError(f"what must be one of {', '.join(STAGE_WHAT)}, got {what!r}")
@@ -63,8 +64,6 @@ def for_stage(
         "spark_stage_what": what,
         "spark_stage_verify_only": verify_only,
         "spark_stage_force": force,
-        "spark_stage_tp": cluster.profile.tp_size,
-        "spark_stage_margin_gib": cluster.profile.memory.disk_margin_gib,
     }
     for key, value in (settings or {}).items():
         if not key.startswith("spark_stage_"):

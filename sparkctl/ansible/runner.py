@@ -122,6 +122,9 @@ class RunResult:
     # Per task name: {host: module result} of the tasks that finished ok/changed (for verbs that read
     # facts through a playbook). Results of tasks marked ``no_log`` are censored by Ansible itself.
     results: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    # What the playbook reported with ``set_stats`` (aggregated, not per host): read it through
+    # ``sparkctl.ansible.results``, by key.
+    reported: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -476,6 +479,7 @@ def execute(
         run_dir=run_dir,
         duration_s=duration,
         results=collector.results,
+        reported=dict((collector.stats_raw or {}).get("artifact_data") or {}),
     )
     if collector.handler_error is not None:
         # The run itself is complete and recorded; report the display problem without hiding it.

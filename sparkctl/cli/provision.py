@@ -19,7 +19,7 @@ from rich.text import Text
 from sparkctl import ui
 from sparkctl.ansible import hosttable as progress
 from sparkctl.ansible import plan as planning
-from sparkctl.ansible import runner
+from sparkctl.ansible import results, runner
 from sparkctl.cli.shell import PROVISION, OrderedGroup, complete_hosts, complete_tags, example
 from sparkctl.errors import EXIT_FAILED, SparkctlError
 from sparkctl.model import Cluster, load_inventory
@@ -102,8 +102,8 @@ def _hint(result: runner.RunResult) -> str:
 
 def _switch_mtus(result: runner.RunResult) -> dict[str, int | None]:
     out: dict[str, int | None] = {}
-    for res in result.task_results("Read the switch port MTUs").values():
-        for line in res.get("stdout_lines") or []:
+    for lines in results.per_host(result, results.SWITCH_MTUS).values():
+        for line in lines or []:
             name, _, value = line.partition(" ")
             out[name] = int(value) if value.isdigit() else None
     return out
@@ -158,10 +158,10 @@ def check_fabric(ctx: typer.Context) -> None:
     else:
         with ui.console.status("probing the fabric from every node…"):
             result = runner.execute(plan)
-    probes = {h: r for h, r in result.task_results("Probe the fabric").items()}
+    probes = results.per_host(result, results.FABRIC_PROBE)
     unreachable = {f.host: f.msg for f in result.failures if f.unreachable}
     other_failures = [f for f in result.failures if not f.unreachable]
-    rdma = {h: r.get("msg") or {} for h, r in result.task_results("Report the RDMA measurements").items()}
+    rdma = {h: r or {} for h, r in results.per_host(result, results.FABRIC_RDMA).items()}
     verdict = fabric_check.judge(cluster, probes, _switch_mtus(result), unreachable, rdma or None)
     for f in other_failures:
         verdict.problems.insert(0, f"{f.host}: probe failed in '{f.task}': {f.msg}")

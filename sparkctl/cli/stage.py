@@ -14,17 +14,11 @@ import typer
 from rich.table import Table
 
 from sparkctl import ui
-from sparkctl.ansible import plan, runner
+from sparkctl.ansible import plan, results, runner
 from sparkctl.cli.shell import STAGE, example
 from sparkctl.errors import SparkctlError
 from sparkctl.model import load_inventory
 from sparkctl.stage import progress
-
-# Task names of playbooks/stage.yml (roles/spark_stage/tasks) whose results are summarised.
-TASK_FACTS = "Summarise the staged files on this node (quick check)"
-TASK_VERIFY = "Verify every checkpoint file and packed shard (full re-hash)"
-TASK_FANOUT = "Receive from the previous rank and serve the next one over the fabric"
-TASK_PACK = "Pack and verify this rank's DSV41EN1 files from the local checkpoint"
 
 
 class What(StrEnum):
@@ -40,20 +34,22 @@ def node_summaries(result: runner.RunResult) -> dict[str, dict[str, Any]]:
     (``include_role: {name: spark_stage, tasks_from: facts}``) and reading ``stage``.
     """
     out: dict[str, dict[str, Any]] = {}
-    for task in (TASK_FACTS, TASK_VERIFY):
-        for host, res in result.task_results(task).items():
-            if isinstance(res.get("stage"), dict):
-                out.setdefault(host, {}).update(res["stage"])
+    # playbooks/stage.yml reports {stage, transfer, pack} per node under results.STAGE (set_stats).
+    for host, rep in results.per_host(result, results.STAGE).items():
+        node = out.setdefault(host, {})
+        if isinstance(rep.get("stage"), dict):
+            node.update(rep["stage"])
+        transfer, pack = rep.get("transfer") or {}, rep.get("pack") or {}
+        if transfer and not transfer.get("skipped"):
+            node["transfer"] = {
+                k: transfer.get(k) for k in ("counts", "bytes_moved", "bytes_total", "seconds", "rate_mib_s")
+            }
+        if pack and not pack.get("skipped"):
+            node["pack"] = {
+                k: pack.get(k) for k in ("changed", "bytes_written", "seconds", "rate_mib_s", "actions")
+            }
     for failure in result.failures:
         out.setdefault(failure.host, {})["error"] = failure.msg
-    for host, res in result.task_results(TASK_FANOUT).items():
-        out.setdefault(host, {})["transfer"] = {
-            k: res.get(k) for k in ("counts", "bytes_moved", "bytes_total", "seconds", "rate_mib_s")
-        }
-    for host, res in result.task_results(TASK_PACK).items():
-        out.setdefault(host, {})["pack"] = {
-            k: res.get(k) for k in ("changed", "bytes_written", "seconds", "rate_mib_s", "actions")
-        }
     return out
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkctl.ansible import runner
+from sparkctl.ansible import results, runner
 from sparkctl.ansible.plan import Plan
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
@@ -23,7 +23,7 @@ class FakeRunner:
     def __init__(self) -> None:
         self.plans: list[Plan] = []
         self.failures: list[runner.Failure] = []
-        self.results: dict[str, dict[str, dict[str, Any]]] = {}
+        self.reported: dict[str, dict[str, Any]] = {}
         self.changed = 0
 
     def __call__(self, plan: Plan, on_event: Any = None, **_: Any) -> runner.RunResult:
@@ -49,7 +49,7 @@ class FakeRunner:
             artifact_dir=Path("/tmp/fake-run/artifacts/ansible"),
             run_dir=Path("/tmp/fake-run"),
             duration_s=1.5,
-            results=self.results,
+            reported=self.reported,
         )
 
     def _unr(self, host: str) -> bool:
@@ -160,7 +160,7 @@ def _probe(node: str, rank: int, *, mtu: int = 9000, failing: set[tuple[str, str
 
 
 def test_check_fabric_all_good_reports_skips(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
-    fake.results = {"Probe the fabric": {n: _probe(n, i) for i, n in enumerate(NODES)}}
+    fake.reported = {results.FABRIC_PROBE: {n: _probe(n, i) for i, n in enumerate(NODES)}}
     res = run_cli("-i", str(example_copy), "check", "fabric")
     assert res.code == EXIT_OK, res.err
     (plan,) = fake.plans
@@ -174,8 +174,8 @@ def test_check_fabric_all_good_reports_skips(run_cli: Any, example_copy: Path, f
 def test_check_fabric_names_node_port_and_pair(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
     # spark-2's half A is behind a switch port at MTU 1500: every jumbo ping to/from it on half A fails.
     failing = {(a, b, 0) for a in NODES for b in NODES if a != b and "spark-2" in (a, b)}
-    fake.results = {
-        "Probe the fabric": {n: _probe(n, i, failing=failing) for i, n in enumerate(NODES)},
+    fake.reported = {
+        results.FABRIC_PROBE: {n: _probe(n, i, failing=failing) for i, n in enumerate(NODES)},
     }
     res = run_cli("-i", str(example_copy), "--json", "check", "fabric")
     assert res.code == EXIT_FAILED
@@ -189,7 +189,7 @@ def test_check_fabric_names_node_port_and_pair(run_cli: Any, example_copy: Path,
 
 
 def test_check_fabric_reports_unreachable_node(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
-    fake.results = {"Probe the fabric": {n: _probe(n, i) for i, n in enumerate(NODES) if n != "spark-3"}}
+    fake.reported = {results.FABRIC_PROBE: {n: _probe(n, i) for i, n in enumerate(NODES) if n != "spark-3"}}
     fake.failures = [runner.Failure("spark-3", "Probe the fabric", "Connection timed out", unreachable=True)]
     res = run_cli("-i", str(example_copy), "check", "fabric")
     assert res.code == EXIT_FAILED
@@ -199,7 +199,7 @@ def test_check_fabric_reports_unreachable_node(run_cli: Any, example_copy: Path,
 def test_check_fabric_gid_mismatch_on_hardware(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
     probes = {n: _probe(n, i, rdma=True) for i, n in enumerate(NODES)}
     probes["spark-1"]["ports"][1]["gid_index"] = 5
-    fake.results = {"Probe the fabric": probes}
+    fake.reported = {results.FABRIC_PROBE: probes}
     res = run_cli("-i", str(example_copy), "--json", "check", "fabric")
     assert res.code == EXIT_FAILED
     doc = json.loads(res.out)
@@ -226,9 +226,9 @@ def _rdma(
 
 
 def _hw(fake: FakeRunner, **kw: Any) -> None:
-    fake.results = {
-        "Probe the fabric": {n: _probe(n, i, rdma=True) for i, n in enumerate(NODES)},
-        "Report the RDMA measurements": {n: {"msg": _rdma(n, **kw)} for n in NODES},
+    fake.reported = {
+        results.FABRIC_PROBE: {n: _probe(n, i, rdma=True) for i, n in enumerate(NODES)},
+        results.FABRIC_RDMA: {n: _rdma(n, **kw) for n in NODES},
     }
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sparkctl.ansible import runner
+from sparkctl.ansible import results, runner
 from sparkctl.ansible.plan import Plan
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
@@ -42,11 +42,14 @@ class FakeRunner:
             for h in NODES:
                 on_event(runner.RunnerEvent(runner.TASK, host=h, task=FANOUT))
         bad = {f.host for f in self.failures}
-        results = {
-            self.task: {h: stage_facts(h) for h in NODES if h not in bad},
-            FANOUT: {h: {"counts": {"transferred": 6}, "bytes_moved": 1 << 30, "bytes_total": 1 << 30,
-                         "seconds": 2.0, "rate_mib_s": 512.0} for h in NODES[1:]},
-        }
+        transfer = {"counts": {"transferred": 6}, "bytes_moved": 1 << 30, "bytes_total": 1 << 30,
+                    "seconds": 2.0, "rate_mib_s": 512.0}
+        # What playbooks/stage.yml reports per node through set_stats (failed nodes report nothing).
+        reported = {results.STAGE: {
+            h: {"stage": stage_facts(h)["stage"], "pack": {},
+                "transfer": transfer if h != NODES[0] else {"skipped": True}}
+            for h in NODES if h not in bad
+        }}
         return runner.RunResult(
             plan=plan,
             rc=2 if self.failures else 0,
@@ -56,7 +59,7 @@ class FakeRunner:
             artifact_dir=Path("/tmp/fake-run/artifacts/ansible"),
             run_dir=Path("/tmp/fake-run"),
             duration_s=3.0,
-            results=results,
+            reported=reported,
         )
 
 
@@ -76,8 +79,6 @@ def test_stage_all_runs_the_stage_playbook(run_cli: Any, example_copy: Path, fak
         "spark_stage_what": "all",
         "spark_stage_verify_only": False,
         "spark_stage_force": False,
-        "spark_stage_tp": 4,
-        "spark_stage_margin_gib": 8,
     }
     assert "spark-3" in res.out and "verified" in res.out
 

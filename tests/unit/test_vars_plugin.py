@@ -50,3 +50,30 @@ def test_bad_inventory_stops_ansible_with_sparkctls_message(example_copy: Path) 
     proc = _inventory_host(example_copy, "spark-1")
     assert proc.returncode != 0
     assert "sparkctl inventory" in proc.stderr and "rank" in proc.stderr
+
+
+def test_manual_stage_run_gets_the_profiles_values(example_copy: Path) -> None:
+    """spark_stage's defaults read the profile through the plugin, as `sparkctl stage` (which passes
+    nothing of its own) does: a site's disk margin override reaches a manual ansible-playbook run."""
+    group_vars = example_copy / "group_vars" / "all" / "sparkctl.yml"
+    text = group_vars.read_text().replace(
+        "sparkctl_profile_overrides: {}", "sparkctl_profile_overrides: {memory: {disk_margin_gib: 13}}"
+    )
+    group_vars.write_text(text)
+    playbook = example_copy.parent / "stage_values.yml"
+    playbook.write_text(
+        "- name: The spark_stage values a manual run computes\n"
+        "  hosts: spark-1\n  gather_facts: false\n  connection: local\n"
+        f"  vars_files: [{REPO / 'roles' / 'spark_stage' / 'defaults' / 'main.yml'}]\n"
+        "  tasks:\n    - name: Show them\n      ansible.builtin.debug:\n"
+        "        msg: 'tp={{ spark_stage_tp | int }} margin={{ spark_stage_margin_gib | float }}'\n"
+    )
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run(
+        [str(bin_dir / "ansible-playbook"), "-i", str(example_copy), str(playbook)],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "tp=4 margin=13.0" in proc.stdout

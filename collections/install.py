@@ -8,7 +8,10 @@ pip's own configuration) and unpacks just the pinned collections from it, checki
 against requirements.yml. Anything the bundle lacks, or carries at another version, is handed to
 ``ansible-galaxy collection install``. Re-running is a no-op when everything is in place.
 
-Usage: python3 collections/install.py [--python PATH] [--check]
+An installed sparkctl (a wheel, no clone) runs this on first use with ``--dest`` and ``--cache``
+pointing into its state directory (``sparkctl.ansible.content.ensure_collections``).
+
+Usage: python3 collections/install.py [--python PATH] [--dest DIR] [--cache DIR] [--check]
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import zipfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-TARGET = HERE / "ansible_collections"
+DEST = HERE  # the collections path; the collections themselves go to DEST/ansible_collections/
 REQUIREMENTS = HERE / "requirements.yml"
 # The `ansible` release whose bundled collections match requirements.yml (ansible 12 = core 2.19).
 BUNDLE = "ansible==12.3.0"
@@ -40,31 +43,31 @@ def read_requirements() -> dict[str, str]:
     return out
 
 
-def installed_version(name: str) -> str | None:
+def installed_version(name: str, target: Path) -> str | None:
     ns, coll = name.split(".", 1)
-    manifest = TARGET / ns / coll / "MANIFEST.json"
+    manifest = target / ns / coll / "MANIFEST.json"
     if not manifest.is_file():
         return None
     return str(json.loads(manifest.read_text())["collection_info"]["version"])
 
 
-def bundle_wheel(python: str) -> Path:
-    CACHE.mkdir(parents=True, exist_ok=True)
+def bundle_wheel(python: str, cache: Path) -> Path:
+    cache.mkdir(parents=True, exist_ok=True)
     name, version = BUNDLE.split("==")
-    found = sorted(CACHE.glob(f"{name}-{version}-*.whl"))
+    found = sorted(cache.glob(f"{name}-{version}-*.whl"))
     if found:
         return found[0]
     subprocess.run(
-        [python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(CACHE), BUNDLE],
+        [python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(cache), BUNDLE],
         check=True,
     )
-    found = sorted(CACHE.glob(f"{name}-{version}-*.whl"))
+    found = sorted(cache.glob(f"{name}-{version}-*.whl"))
     if not found:
-        raise SystemExit(f"pip download {BUNDLE} produced no wheel in {CACHE}")
+        raise SystemExit(f"pip download {BUNDLE} produced no wheel in {cache}")
     return found[0]
 
 
-def extract(wheel: Path, wanted: dict[str, str]) -> list[str]:
+def extract(wheel: Path, wanted: dict[str, str], target: Path) -> list[str]:
     """Unpack the wanted collections at the pinned version; return the names not satisfied."""
     missing: list[str] = []
     with zipfile.ZipFile(wheel) as zf:
@@ -81,8 +84,8 @@ def extract(wheel: Path, wanted: dict[str, str]) -> list[str]:
                 print(f"  {name}: the bundle has {have}, requirements.yml pins {version}")
                 missing.append(name)
                 continue
-            dest = TARGET / ns / coll
-            with tempfile.TemporaryDirectory(dir=TARGET.parent) as tmp:
+            dest = target / ns / coll
+            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
                 for member in names:
                     if member.startswith(prefix) and not member.endswith("/"):
                         zf.extract(member, tmp)
@@ -97,28 +100,32 @@ def extract(wheel: Path, wanted: dict[str, str]) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--python", default=sys.executable, help="interpreter whose pip downloads the bundle")
+    ap.add_argument("--dest", type=Path, default=DEST, help="collections path (default: this directory)")
+    ap.add_argument("--cache", type=Path, default=CACHE, help="where the downloaded bundle wheel is kept")
     ap.add_argument("--check", action="store_true", help="only report; exit 1 if something is missing")
     args = ap.parse_args()
+    target = args.dest.resolve() / "ansible_collections"
 
     wanted = read_requirements()
-    todo = {n: v for n, v in wanted.items() if installed_version(n) != v}
+    todo = {n: v for n, v in wanted.items() if installed_version(n, target) != v}
     if not todo:
-        print(f"collections: all {len(wanted)} pinned collections present in {TARGET}")
+        print(f"collections: all {len(wanted)} pinned collections present in {target}")
         return 0
     if args.check:
         for name, version in todo.items():
-            print(f"missing: {name} {version} (installed: {installed_version(name) or 'none'})")
+            print(f"missing: {name} {version} (installed: {installed_version(name, target) or 'none'})")
         return 1
     print(f"collections: installing {', '.join(f'{n} {v}' for n, v in todo.items())}")
-    TARGET.mkdir(parents=True, exist_ok=True)
-    left = extract(bundle_wheel(args.python), todo)
+    target.mkdir(parents=True, exist_ok=True)
+    left = extract(bundle_wheel(args.python, args.cache), todo, target)
     if left:
         galaxy = Path(args.python).parent / "ansible-galaxy"
-        cmd = [str(galaxy) if galaxy.exists() else "ansible-galaxy", "collection", "install", "-p", str(HERE)]
+        cmd = [str(galaxy) if galaxy.exists() else "ansible-galaxy", "collection", "install",
+               "-p", str(target.parent)]
         cmd += [f"{n}:=={todo[n]}" for n in left]
         print("  from Galaxy: " + " ".join(cmd))
         subprocess.run(cmd, check=True)
-    bad = {n: v for n, v in wanted.items() if installed_version(n) != v}
+    bad = {n: v for n, v in wanted.items() if installed_version(n, target) != v}
     if bad:
         print(f"collections: still missing {bad}", file=sys.stderr)
         return 1

@@ -43,7 +43,10 @@ extends_documentation_fragment:
   - vars_plugin_staging
 """
 
-_REPO = Path(__file__).resolve().parents[2]
+# The directory that holds the `sparkctl` package, for an ansible-playbook whose Python lacks it:
+# the clone (<repo>/plugins/vars/) or the installed package (<site>/sparkctl/_content/plugins/vars/).
+_REPO = next((p for p in Path(__file__).resolve().parents if (p / "sparkctl" / "__init__.py").is_file()),
+             Path(__file__).resolve().parents[2])
 _CACHE = {}
 
 

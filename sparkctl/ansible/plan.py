@@ -10,9 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOK_DIR = REPO_ROOT / "playbooks"
-
 
 @dataclass(frozen=True)
 class Plan:

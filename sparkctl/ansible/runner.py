@@ -1,11 +1,12 @@
 """The one place Ansible runs: ``execute(plan, on_event) -> RunResult``.
 
 This is the only module that imports ``ansible_runner``. Every run gets its own directory
-``.sparkctl/runs/<timestamp>-<verb>/`` (git-ignored) holding the artifacts (job events, stdout,
-rc), Ansible's home and local temp, and the SSH control sockets, so runs never share state with
-``~/.ansible`` or with each other. The SSH settings themselves (pipelining, ControlPersist, no
-compression) come from the repository's ``ansible.cfg``, the same file a manual
-``ansible-playbook`` run uses.
+``<state>/runs/<timestamp>-<verb>/`` (``sparkctl.ansible.content.runs_dir``: the per-user state
+directory, never the source tree) holding the artifacts (job events, stdout, rc), Ansible's home
+and local temp, and the SSH control sockets, so runs never share state with ``~/.ansible`` or with
+each other. The SSH settings themselves (pipelining, ControlPersist, no compression) come from the
+shipped ``ansible.cfg`` (``content.ansible_cfg``), the same file a manual ``ansible-playbook`` run
+in a clone uses.
 
 Secrets never reach the run directory: they are not put in ``envvars`` or ``extravars`` (both are
 written to files by ansible-runner). Roles read them with ``lookup('env', ...)`` from the process
@@ -29,10 +30,9 @@ from typing import Any
 
 import ansible_runner
 
-from sparkctl.ansible.plan import REPO_ROOT, Plan
+from sparkctl.ansible import content
+from sparkctl.ansible.plan import Plan
 from sparkctl.errors import SparkctlError
-
-RUNS_DIR = REPO_ROOT / ".sparkctl" / "runs"
 
 # Event kinds handed to ``on_event`` (a small, stable vocabulary over ansible-runner's events).
 PLAY = "play"            # a play starts: .task holds the play name, .hosts the hosts it targets
@@ -172,7 +172,7 @@ def _verb(plan: Plan) -> str:
 
 def new_run_dir(verb: str, runs_dir: Path | None = None) -> Path:
     """A fresh ``<runs>/<timestamp>-<verb>/`` directory (0700); never reuses an existing one."""
-    base = runs_dir or Path(os.environ.get("SPARKCTL_RUNS_DIR", RUNS_DIR))
+    base = runs_dir or content.runs_dir()
     base.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
     for n in range(1000):
@@ -203,7 +203,10 @@ def run_environment(run_dir: Path, cp_dir: Path) -> dict[str, str]:
     home.mkdir(mode=0o700, exist_ok=True)
     tmp.mkdir(mode=0o700, exist_ok=True)
     return {
-        "ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"),
+        "ANSIBLE_CONFIG": str(content.ansible_cfg()),
+        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(str(p) for p in content.collections_paths()),
+        # Roles keep controller-side caches (built wheels, switch backups) under the state directory.
+        content.STATE_ENV: str(content.state_dir()),
         "ANSIBLE_HOME": str(home),
         "ANSIBLE_LOCAL_TEMP": str(tmp),
         "ANSIBLE_SSH_CONTROL_PATH_DIR": str(cp_dir),
@@ -418,9 +421,12 @@ def execute(
     ``on_event`` receives :class:`RunnerEvent` objects in order, from the runner's thread of
     control. ``extra_env`` is for non-secret settings (tests and the benchmark use it to change
     SSH options); it is recorded in the run directory like every other envvar. ``project_dir``
-    (default: the repository) is where ``playbooks/`` is looked up.
+    (default: the shipped Ansible content, ``content.root()``) is where ``playbooks/`` is looked up.
     """
-    project = Path(project_dir or REPO_ROOT)
+    project = Path(project_dir or content.root())
+    missing = content.ensure_collections()
+    if missing:
+        print(f"warning: {missing}", file=sys.stderr)
     playbook = project / "playbooks" / plan.playbook
     if not playbook.is_file():
         raise SparkctlError(f"playbook not found: playbooks/{plan.playbook}", exit_code=2)

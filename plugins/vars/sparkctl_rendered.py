@@ -107,6 +107,13 @@ def _rendered(inv: Path):
     return per_host
 
 
+def _reading():
+    """True while sparkctl itself reads the inventory through Ansible: the values rendered from the
+    inventory are no input to it (and asking for them then would read the inventory again)."""
+    reader = sys.modules.get("sparkctl.model.ansible_read")
+    return reader is not None and reader.loading()
+
+
 class VarsModule(BaseVarsPlugin):
     REQUIRES_ENABLED = True
     is_stateless = True
@@ -117,7 +124,7 @@ class VarsModule(BaseVarsPlugin):
         if not (inv / "group_vars" / "all" / "sparkctl.yml").is_file():
             return {}
         hosts = [e for e in (entities if isinstance(entities, list) else [entities]) if isinstance(e, Host)]
-        if not hosts:
+        if not hosts or _reading():
             return {}
         per_host = _rendered(inv)
         data = {}

@@ -33,6 +33,7 @@ import ansible_runner
 from sparkctl.ansible import content
 from sparkctl.ansible.plan import Plan
 from sparkctl.errors import SparkctlError
+from sparkctl.model.vault import vault_password_files
 
 # Event kinds handed to ``on_event`` (a small, stable vocabulary over ansible-runner's events).
 PLAY = "play"            # a play starts: .task holds the play name, .hosts the hosts it targets
@@ -216,6 +217,14 @@ def run_environment(run_dir: Path, cp_dir: Path) -> dict[str, str]:
         "ANSIBLE_NOCOLOR": "True",
         "PATH": bin_dir + (os.pathsep + path if path else ""),
     }
+
+
+def vault_environment() -> dict[str, str]:
+    """The vault password *file* the inventory was read with, for ansible-playbook and the vars
+    plugin (``--vault-password-file``, ``$ANSIBLE_VAULT_PASSWORD_FILE`` or the controller's
+    ansible.cfg, which the run's own ansible.cfg replaces). A path, never the password."""
+    files = vault_password_files()
+    return {"ANSIBLE_VAULT_PASSWORD_FILE": str(files[0])} if files else {}
 
 
 def close_masters(cp_dir: Path) -> int:
@@ -445,6 +454,7 @@ def execute(
     started = time.monotonic()
     with _run_dir_for(plan, runs_dir) as (run_dir, cp_dir):
         envvars = run_environment(run_dir, cp_dir)
+        envvars.update(vault_environment())
         if extra_env:
             envvars.update(extra_env)
         keep = set(envvars) | _RUNNER_SET_ENV

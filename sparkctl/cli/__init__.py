@@ -73,10 +73,20 @@ def _global(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="More detail.")] = False,
+    vault_password_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--vault-password-file",
+            envvar="ANSIBLE_VAULT_PASSWORD_FILE",
+            help="The inventory's ansible-vault password file (or a script that prints it).",
+        ),
+    ] = None,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
+    if vault_password_file is not None:  # read by the inventory loader and by ansible-playbook
+        os.environ["ANSIBLE_VAULT_PASSWORD_FILE"] = str(vault_password_file.expanduser().absolute())
     ctx.obj = State(inventory=inventory, json=json_out, verbose=verbose)
 
 
@@ -113,7 +123,10 @@ def _register() -> None:
             _registered.add(ep.value)
 
 
-_GLOBAL_FLAGS = {"--json": False, "--verbose": False, "-v": False, "--inventory": True, "-i": True}
+_GLOBAL_FLAGS = {
+    "--json": False, "--verbose": False, "-v": False, "--inventory": True, "-i": True,
+    "--vault-password-file": True,
+}
 
 
 def _hoist_globals(argv: list[str]) -> list[str]:

@@ -99,17 +99,27 @@ class Checkpoint(_Section):
 
 
 class SecretRef(_Section):
-    """A secret by reference: an environment variable or a file on the controller, never a value."""
+    """A secret by reference, never a value written in clear in the inventory.
+
+    ``{env: VAR}``: an environment variable on the controller; ``{file: PATH}``: a file on the
+    controller (relative to the inventory); ``{var: NAME}``: an inventory variable kept with
+    ansible-vault (``!vault`` or a vault-encrypted vars file), decrypted when the inventory loads.
+    """
 
     env: EnvName | None = None
     file: StrictStr | None = None
+    var: EnvName | None = None
     _base: Path = PrivateAttr(default_factory=Path.cwd)
+    _value: str | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> SecretRef:
-        if (self.env is None) == (self.file is None):
-            given = "both env and file" if self.env is not None else "neither env nor file"
-            raise FieldError(f"{given} given", "give exactly one: {env: VAR} or {file: /path/to/secret}")
+        given = [k for k in ("env", "file", "var") if getattr(self, k) is not None]
+        if len(given) != 1:
+            what = f"both {given[0]} and {given[1]} given" if given else "neither env, file nor var given"
+            raise FieldError(
+                what, "give exactly one: {env: VAR}, {file: /path/to/secret} or {var: vaulted_variable}"
+            )
         return self
 
     def with_base(self, base: Path) -> SecretRef:
@@ -117,11 +127,25 @@ class SecretRef(_Section):
         self._base = base
         return self
 
+    def with_value(self, value: str) -> SecretRef:
+        """The decrypted value of a ``var`` reference (set by the loader; never dumped)."""
+        self._value = value
+        return self
+
     def describe(self) -> str:
+        if self.var is not None:
+            return f"var:{self.var}"
         return f"env:{self.env}" if self.env is not None else f"file:{self.file}"
 
     def resolve(self) -> str:
         """The secret's value, read now on the controller. Never logged, never rendered."""
+        if self.var is not None:
+            if not self._value:
+                raise InputError(
+                    f"secret variable {self.var} was not decrypted",
+                    hint="load the inventory with its vault password (--vault-password-file)",
+                )
+            return self._value
         if self.env is not None:
             value = os.environ.get(self.env)
             if not value:

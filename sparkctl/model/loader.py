@@ -1,13 +1,15 @@
-"""Reading an Ansible YAML inventory directory into a `Cluster`, without importing Ansible.
+"""Turning an Ansible inventory directory into a checked `Cluster`.
 
-Where variables come from, lowest precedence first (Ansible's order for these sources):
-  site:   hosts.yml ``all.vars`` < ``group_vars/all`` (file or directory, files sorted)
-  a host: site defaults for host keys < ``<group>.vars`` in hosts.yml < ``group_vars/<group>``
-          < the host's entry in hosts.yml < ``host_vars/<host>``
-A key set twice replaces the earlier value (Ansible's ``hash_behaviour=replace``).
+ansible-core reads the inventory (``ansible_read``: YAML or INI hosts file, group_vars/,
+host_vars/, Ansible's own variable precedence, ``!vault`` values and vault-encrypted files,
+templated values); this module sorts the hosts into sparkctl's two groups (``sparks``, and
+``switches`` with zero or one switch; child groups under them are fine) and validates every
+value with the pydantic model. Site keys come from the ``all`` group; a host sees its own
+variables plus the site's defaults for host keys (e.g. ``sparkctl_nvme_gib`` in group_vars/all).
 
 Every value is checked on its own, so one bad field never hides another; cross-field checks then
-run on whatever validated. All problems are raised together in one InputError.
+run on whatever validated. All problems are raised together in one InputError, each naming its
+field and, where Ansible knows it, the file and line it came from.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from pydantic import StrictStr, TypeAdapter, ValidationError
 
 from sparkctl.errors import InputError, SparkctlError
+from sparkctl.model import ansible_read
 from sparkctl.model.cluster import (
     Checkpoint,
     Cluster,
@@ -111,162 +114,98 @@ def check_value(value: Any, tp: Any, path: str, problems: Problems) -> tuple[boo
 
 @dataclass
 class HostEntry:
-    """A host as written: its group, and its merged variables with where each came from."""
+    """A host of sparks or switches, and its variables (its own, plus the site's host defaults)."""
 
     name: str
     group: str
     vars: dict[str, Any] = field(default_factory=dict)
-    origin: dict[str, str] = field(default_factory=dict)
-
-    def put(self, values: dict[str, Any], origin: str) -> None:
-        for key, value in values.items():
-            self.vars[key] = value
-            self.origin[key] = origin
 
 
 @dataclass
 class Raw:
-    """Everything read from disk, before validation."""
+    """Everything Ansible resolved, before validation."""
 
     site: dict[str, Any] = field(default_factory=dict)
-    site_origin: dict[str, str] = field(default_factory=dict)
     hosts: dict[str, HostEntry] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)  # field path -> "file:line"
+    vaulted: set[str] = field(default_factory=set)  # site variables kept with ansible-vault
 
 
 # -- reading --------------------------------------------------------------------------------------
 
 
-def _hosts_file(inv: Path) -> Path:
-    for name in ("hosts.yml", "hosts.yaml"):
-        if (inv / name).is_file():
-            return inv / name
-    raise InputError(
-        f"{inv}: no hosts.yml",
-        hint="an inventory directory holds hosts.yml and group_vars/all/ (copy inventory/example/)",
-    )
-
-
-def _mapping(value: Any, path: str, problems: Problems, what: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
+def read_raw(inv: Path, problems: Problems, vault_password_file: Path | str | None = None) -> Raw:
+    """The inventory as Ansible resolves it, sorted into sparkctl's two groups."""
+    read = ansible_read.read(inv, problems, vault_password_file)
+    raw = Raw(site=read.site, origins=read.origins, vaulted=read.vaulted)
+    shown = " / ".join(read.sources)
+    if SPARKS not in read.group_names:
         problems.add(
-            path, f"expected a mapping ({what}), got {type(value).__name__}", "write `key: value` lines"
+            f"{shown}: all.children.sparks", "missing", "list the Sparks under all.children.sparks.hosts"
         )
-        return {}
-    return value
-
-
-def read_raw(inv: Path, problems: Problems) -> Raw:
-    from sparkctl.model.yamlio import read_mapping, var_files, var_names
-
-    raw = Raw()
-    hosts_path = _hosts_file(inv)
-    disp = hosts_path.name
-    top = read_mapping(hosts_path, disp)
-    for key in top:
-        if key != "all":
-            problems.add(
-                f"{disp}: {key}",
-                "unknown top-level group",
-                "put everything under `all:` (children: sparks, switches)",
-            )
-    everything = _mapping(top.get("all"), f"{disp}: all", problems, "vars and children")
-    if "all" not in top:
-        problems.add(
-            f"{disp}: all", "missing", "start the file with `all:` (see inventory/example/hosts.yml)"
-        )
-    for key in everything:
-        if key == "hosts":
-            problems.add(
-                f"{disp}: all.hosts", "hosts outside a group", "list Sparks under all.children.sparks.hosts"
-            )
-        elif key not in ("vars", "children"):
-            problems.add(
-                f"{disp}: all.{key}",
-                f"unknown key{suggest(key, ['vars', 'children'])}",
-                "use all.vars and all.children",
-            )
-    site_vars = _mapping(everything.get("vars"), f"{disp}: all.vars", problems, "variables")
-    raw.site.update(site_vars)
-    raw.site_origin.update(dict.fromkeys(site_vars, f"{disp} all.vars"))
-
-    group_dir = inv / "group_vars"
-    for path in var_files(group_dir, "all"):
-        display = str(path.relative_to(inv))
-        values = read_mapping(path, display)
-        raw.site.update(values)
-        raw.site_origin.update(dict.fromkeys(values, display))
-    for name in sorted(var_names(group_dir) - {"all", *GROUPS}):
-        problems.add(
-            f"group_vars/{name}",
-            "vars for a group sparkctl does not know",
-            "use group_vars/all, group_vars/sparks or group_vars/switches",
-        )
-
-    children = _mapping(everything.get("children"), f"{disp}: all.children", problems, "groups")
-    for key in children:
-        if key not in GROUPS:
-            problems.add(
-                f"{disp}: all.children.{key}",
-                f"unknown group{suggest(key, GROUPS)}",
-                "sparkctl knows two groups: sparks (the nodes) and switches (zero or one switch)",
-            )
-    if SPARKS not in children:
-        problems.add(
-            f"{disp}: all.children.sparks", "missing", "list the Sparks under all.children.sparks.hosts"
-        )
-
-    for group in GROUPS:
-        if group not in children:
+    for name, ancestors in sorted(read.group_names.items()):
+        if name in ("all", "ungrouped", *GROUPS) or ancestors & set(GROUPS):
             continue
-        where = f"all.children.{group}"
-        body = _mapping(children[group], f"{disp}: {where}", problems, "hosts and vars")
-        for key in body:
-            if key not in ("hosts", "vars"):
-                problems.add(
-                    f"{disp}: {where}.{key}",
-                    f"unknown key{suggest(key, ['hosts', 'vars'])}",
-                    "a group holds `hosts:` (and optionally `vars:`)",
-                )
-        group_vars = _mapping(body.get("vars"), f"{disp}: {where}.vars", problems, "variables")
-        file_vars: list[tuple[dict[str, Any], str]] = []
-        for path in var_files(group_dir, group):
-            display = str(path.relative_to(inv))
-            file_vars.append((read_mapping(path, display), display))
-        hosts = _mapping(body.get("hosts"), f"{disp}: {where}.hosts", problems, "host names")
-        for name, hvars in hosts.items():
-            if name in raw.hosts:
-                problems.add(
-                    f"{disp}: {where}.hosts.{name}",
-                    f"host also listed in {raw.hosts[name].group}",
-                    "give every host one group and a unique name",
-                )
-                continue
-            entry = HostEntry(str(name), group)
-            defaults = {
-                k: v for k, v in raw.site.items() if k in GROUP_KEYS[group] and not k.startswith("ansible_")
-            }
-            entry.put(defaults, "group_vars/all")
-            entry.put(group_vars, f"{disp} {where}.vars")
-            for values, display in file_vars:
-                entry.put(values, display)
-            entry.put(_mapping(hvars, f"{group}.{name}", problems, "host variables"), disp)
-            raw.hosts[entry.name] = entry
-
-    host_dir = inv / "host_vars"
-    for name in sorted(var_names(host_dir)):
-        if name not in raw.hosts:
+        problems.add(
+            f"{shown}: all.children.{name}",
+            f"unknown group{suggest(name, GROUPS)}",
+            "sparkctl knows two groups: sparks (the nodes) and switches (zero or one switch); "
+            "other groups may only sit under them",
+        )
+    for host in read.hosts.values():
+        mine = [g for g in GROUPS if g in host.groups]
+        if len(mine) > 1:
             problems.add(
-                f"host_vars/{name}",
-                f"vars for a host not in {disp}{suggest(name, raw.hosts)}",
-                "rename the file after a host in hosts.yml or remove it",
+                f"{host.source}: all.children.{SWITCHES}.hosts.{host.name}",
+                f"host also listed in {SPARKS}",
+                "give every host one group and a unique name",
             )
             continue
-        for path in var_files(host_dir, name):
-            display = str(path.relative_to(inv))
-            raw.hosts[name].put(read_mapping(path, display), display)
+        if not mine:
+            if host.groups <= {"all", "ungrouped"}:
+                problems.add(
+                    f"{host.source}: all.hosts.{host.name}",
+                    "hosts outside a group",
+                    "list Sparks under all.children.sparks.hosts",
+                )
+            continue  # otherwise its group is reported as unknown
+        group = mine[0]
+        defaults = {
+            k: v for k, v in raw.site.items() if k in GROUP_KEYS[group] and not k.startswith("ansible_")
+        }
+        raw.hosts[host.name] = HostEntry(host.name, group, {**defaults, **host.vars})
     return raw
+
+
+def _secret_vars(site: dict[str, Any]) -> set[str]:
+    """Variables named by ``sparkctl_secrets.*.var`` (known keys, read as secrets)."""
+    refs = site.get("sparkctl_secrets")
+    if not isinstance(refs, dict):
+        return set()
+    return {r["var"] for r in refs.values() if isinstance(r, dict) and isinstance(r.get("var"), str)}
+
+
+def _attach_secret_values(draft: Draft, raw: Raw, problems: Problems) -> None:
+    """Give every ``{var: NAME}`` secret its decrypted value; a clear-text one is refused."""
+    for name, ref in (draft.site.get("sparkctl_secrets") or {}).items():
+        if ref.var is None:
+            continue
+        path = f"sparkctl_secrets.{name}.var"
+        todo = (
+            "keep it with ansible-vault: `ansible-vault encrypt_string --name NAME` into group_vars/all/, "
+            "or a vault-encrypted group_vars/all/vault.yml"
+        )
+        if ref.var not in raw.site:
+            if not any(p.path == ref.var for p in problems.items):  # not already: could not decrypt
+                problems.add(path, f"no variable {ref.var} in the inventory's group_vars/all", todo)
+        elif ref.var not in raw.vaulted:
+            problems.add(path, f"{ref.var} is written in clear text", todo)
+        else:
+            value = raw.site[ref.var]
+            if not isinstance(value, str) or not value.strip():
+                problems.add(path, f"{ref.var} is empty or not text", "encrypt the key itself (one line)")
+            else:
+                ref.with_value(value.strip())
 
 
 # -- validation -----------------------------------------------------------------------------------
@@ -392,12 +331,15 @@ def _known_hosts(args: str | None, inv: Path) -> Path | None:
 
 def validate_raw(raw: Raw, inv: Path, problems: Problems) -> Draft:
     draft = Draft(inventory_dir=inv)
+    secret_vars = _secret_vars(raw.site)
     site_only = {
         k: v
         for k, v in raw.site.items()
-        if not any(k in spec for spec in GROUP_KEYS.values()) or k.startswith("ansible_")
+        if k not in secret_vars
+        and (not any(k in spec for spec in GROUP_KEYS.values()) or k.startswith("ansible_"))
     }
     draft.site = _validate_keys(site_only, SITE_KEYS, "", problems, host_level=False)
+    _attach_secret_values(draft, raw, problems)
     for key, item in ANSIBLE_READ.items():
         if key in raw.site:
             ok, value = check_value(raw.site[key], item.type, key, problems)
@@ -473,8 +415,12 @@ def _profile(name: str, overrides: dict[str, Any], problems: Problems) -> Any:
         return None
 
 
-def load_inventory(path: Path | str) -> Cluster:
-    """Load and check one inventory directory; raises InputError listing every problem."""
+def load_inventory(path: Path | str, *, vault_password_file: Path | str | None = None) -> Cluster:
+    """Load and check one inventory directory; raises InputError listing every problem.
+
+    ``vault_password_file`` adds to ``$ANSIBLE_VAULT_PASSWORD_FILE`` and ansible.cfg's
+    ``vault_password_file`` (see ``ansible_read``).
+    """
     from sparkctl.model.checks import run_checks
 
     inv = Path(path)
@@ -484,9 +430,10 @@ def load_inventory(path: Path | str) -> Cluster:
             f"inventory {inv} {what}", hint="pass the inventory directory with --inventory/-i DIR"
         )
     problems = Problems()
-    raw = read_raw(inv, problems)
+    raw = read_raw(inv, problems, vault_password_file)
     draft = validate_raw(raw, inv, problems)
     warnings = run_checks(draft, problems)
+    problems.locate(raw.origins)
     problems.raise_if_any(str(inv))
     site = draft.site
     mgmt: Mgmt = site["sparkctl_mgmt"]

@@ -21,9 +21,11 @@ class Problem:
     path: str  # e.g. "sparks.spark-2.sparkctl_fabric_ports[0].address"
     what: str  # what is wrong, with the offending value
     todo: str  # what to do about it
+    where: str = ""  # the file (and line) the value came from, when known
 
     def __str__(self) -> str:
-        return f"{self.path}: {self.what} — {self.todo}"
+        at = f" ({self.where})" if self.where else ""
+        return f"{self.path}: {self.what}{at} — {self.todo}"
 
 
 @dataclass
@@ -40,6 +42,18 @@ class Problems:
     def extend(self, problems: Iterable[Problem]) -> None:
         for problem in problems:
             self.add(problem.path, problem.what, problem.todo)
+
+    def locate(self, origins: dict[str, str]) -> None:
+        """Name the file (and line) of each problem's field: its own origin or its nearest parent's."""
+        for i, problem in enumerate(self.items):
+            if problem.where:
+                continue
+            path = problem.path
+            while path and path not in origins:
+                cut = max(path.rfind("."), path.rfind("["))
+                path = path[:cut] if cut > 0 else ""
+            if path:
+                self.items[i] = Problem(problem.path, problem.what, problem.todo, origins[path])
 
     def __bool__(self) -> bool:
         return bool(self.items)

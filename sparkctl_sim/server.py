@@ -20,7 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from sparkctl_sim import SGLANG_VERSION, tokenizer
-from sparkctl_sim.model import Prompt, Reply, RequestError, read_prompt
+from sparkctl_sim.model import Reply
+from sparkctl_sim.prompt import Prompt, RequestError, read_prompt
 
 if TYPE_CHECKING:
     from sparkctl_sim.rank import RankProcess

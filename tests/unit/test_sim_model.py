@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from sparkctl_sim import images, tokenizer
+from sparkctl_sim.arithmetic import find_arithmetic
 from sparkctl_sim.config import Knobs
-from sparkctl_sim.model import RequestError, Responder, find_arithmetic, pseudo_text, read_prompt
+from sparkctl_sim.model import Responder, pseudo_text
+from sparkctl_sim.prompt import RequestError, read_prompt
 
 
 def ask(body: dict[str, Any], knobs: Knobs | None = None, max_tokens: int = 256, running: int = 1) -> Any:

@@ -6,31 +6,37 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 APT_PACKAGES := systemd-container debootstrap openssh-client openssh-server iproute2 iputils-ping nftables rsync e2fsprogs util-linux procps
 
-.PHONY: help venv sglang apt demo test unit integration lint bench lab-up lab-down clean
+.PHONY: help venv sglang apt demo test unit integration wheel-check constraints lint bench lab-up lab-down clean
 
 help:
 	@echo "make demo   - bring the local lab up and run the whole flow on it (root, Linux)"
 	@echo "make test   - lint + unit + CLI + integration tests (integration needs root)"
 	@echo "make lint   - ruff, mypy, yamllint, ansible-lint (production profile)"
 	@echo "make bench  - benchmarks under bench/ (ratios against in-run baselines)"
+	@echo "make wheel-check - build the wheel, install it in a fresh venv outside the tree, run it"
 
-$(STAMP): pyproject.toml collections/requirements.yml
+# Installs exactly the versions CI tested (constraints.txt). A venv from before the distribution
+# was renamed sparkctl-dgx still holds the old `sparkctl` editable install: it goes first.
+$(STAMP): pyproject.toml setup.py constraints.txt collections/requirements.yml
 	@command -v $(PY) >/dev/null || { echo "python3 is required"; exit 2; }
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip uninstall -q -y sparkctl 2>/dev/null || true
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	$(BIN)/python collections/install.py
 	touch $(STAMP)
 
 venv: $(STAMP)
 
 # SGLang 0.5.23's parser (CPU only) in its own venv; `validate` uses it through SPARKCTL_SGLANG_PYTHON.
+# SGLang itself without its GPU stack (--no-deps), then the modules its parser imports: the
+# `sglang` extra of pyproject.toml, at the versions of constraints-sglang.txt.
 SGL_VENV := .venv-sglang
-$(SGL_VENV)/.installed:
+SGL_DEPS = $$($(PY) -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["sglang"]))')
+$(SGL_VENV)/.installed: pyproject.toml constraints-sglang.txt
 	$(PY) -m venv $(SGL_VENV)
-	$(SGL_VENV)/bin/pip install -q --no-deps sglang==0.5.23
-	$(SGL_VENV)/bin/pip install -q msgspec psutil pyzmq numpy orjson pybase64 requests packaging pillow \
-	  starlette tqdm IPython aiohttp PyYAML pydantic
+	$(SGL_VENV)/bin/pip install -q -c constraints-sglang.txt --no-deps sglang
+	$(SGL_VENV)/bin/pip install -q -c constraints-sglang.txt $(SGL_DEPS)
 	touch $@
 
 sglang: $(SGL_VENV)/.installed
@@ -55,10 +61,20 @@ unit: venv sglang
 	SPARKCTL_SGLANG_PYTHON=$(CURDIR)/$(SGL_VENV)/bin/python $(BIN)/pytest -q tests/unit/test_sglang_parser.py
 	$(BIN)/pytest -q tests/unit tests/cli
 
+# Includes tests/integration/test_wheel_install.py: the wheel check with `provision --check` on the lab.
 integration: venv apt
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q -m integration tests/integration
 
-# The README's test command: lint, then every test layer.
+# The built wheel in a fresh venv outside the tree (scripts/wheel_check.sh); on the lab too when it is up.
+wheel-check: venv
+	bash scripts/wheel_check.sh $$([ -f inventory/lab/hosts.yml ] && echo --lab inventory/lab)
+
+# After a dependency change: pin what the dev venv now holds (the project itself left out).
+constraints: venv
+	{ sed -n '/^#/p' constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -iv '^sparkctl'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
+# The README's test command: lint, then every test layer (integration includes the wheel check).
 test: lint unit integration
 
 demo: venv apt
@@ -74,4 +90,4 @@ lab-down: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/sparkctl lab down
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .sparkctl results
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .sparkctl results build dist

@@ -30,7 +30,7 @@ def sparkctl(inventory: str, *args: str) -> subprocess.CompletedProcess[str]:
 def boot_delay_s(inventory: str) -> float:
     from sparkctl.model import load_inventory
     from sparkctl.render import plan_document
-    from sparkctl_sim.config import KNOBS
+    from sparkctl_sim.knobs import KNOBS
 
     doc = plan_document(load_inventory(inventory))
     env = doc["nodes"][0]["rank_launch"]["env"]

@@ -30,7 +30,7 @@ from typing import Any
 
 from sparkctl_sim import images, tokenizer
 from sparkctl_sim.arithmetic import find_arithmetic, format_number
-from sparkctl_sim.config import Knobs
+from sparkctl_sim.knobs import Knobs
 from sparkctl_sim.needles import answer_needle, find_facts
 from sparkctl_sim.prompt import Prompt, RequestError, content_parts
 from sparkctl_sim.schema_values import Context, build_value

@@ -6,7 +6,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from sparkctl_sim.config import Knobs
+from sparkctl_sim.knobs import Knobs
 from sparkctl_sim.prompt import Prompt
 
 _RECORD = re.compile(r"\bRECORD\s+([A-Za-z_][\w-]*)\s*=\s*([^\s,;]+?)(?=[.,;]?(?:\s|$))")

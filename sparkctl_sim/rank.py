@@ -21,7 +21,8 @@ from types import FrameType
 from typing import Any
 
 from sparkctl_sim import SGLANG_VERSION
-from sparkctl_sim.config import KNOBS, PROG, ArgError, Knobs, ServerConfig, load_knobs, parse_argv
+from sparkctl_sim.config import PROG, ArgError, ServerConfig, parse_argv
+from sparkctl_sim.knobs import KNOBS, Knobs, load_knobs
 from sparkctl_sim.log import Log
 from sparkctl_sim.model import Responder
 from sparkctl_sim.rendezvous import Head, Worker

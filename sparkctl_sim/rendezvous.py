@@ -9,6 +9,8 @@ torch's store client does), rank 0 sends ``formed``; every rank then loads (the 
 workers report ``booted``. Both sides send ``hb`` every heartbeat interval; rank 0 counts a worker as
 lost when its connection closes or nothing arrived for the peer timeout, and then stays unhealthy
 (a real TP group cannot lose a member and carry on). On shutdown rank 0 sends ``shutdown``.
+
+Size: one module on purpose — both ends of the rendezvous protocol above, kept beside each other.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkctl_sim.config import Knobs, ServerConfig
+from sparkctl_sim.config import ServerConfig
+from sparkctl_sim.knobs import Knobs
 from sparkctl_sim.log import Log
 
 HANDSHAKE_TIMEOUT_S = 10.0

@@ -3,6 +3,8 @@
 Rank 0 serves the OpenAI-compatible API and the control endpoints; the other ranks serve only the
 dummy health endpoints SGLang's non-zero ranks serve (``/health``, ``/ping``, ``/health_generate``,
 plus ``/metrics`` with ``--enable-metrics``), which answer 200 once the rank finished loading.
+
+Size: one module on purpose — the HTTP handler's routes share its request parsing and streaming.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ Definitions (kept apart on purpose, as the published results do):
 Every request asks for exactly ``max_tokens`` (``ignore_eos``), so each stream decodes the same length.
 A warm-up batch per level (64 tokens) is discarded; each repeat runs the levels in order, every second
 repeat in reverse, so drift (heat, caches) does not favour one level.
+
+Size: one module on purpose — the workload, the load generator and the report share the measured
+records; plotting (plot.py) and the published figures (published.py) are apart.
 """
 
 from __future__ import annotations

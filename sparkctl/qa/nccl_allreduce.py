@@ -23,6 +23,8 @@ Output (rank 0 only): one JSON document on one stdout line that starts with ``{`
 last line starting with ``{``, or reads ``--output FILE``); a table on a terminal. Its top-level
 ``busbw_gbps`` is the peak bus bandwidth over the sizes, the figure the fabric verdict uses. On a
 failure the document is ``{"error": ...}`` and the exit code is 1; bad arguments exit 2.
+
+Size: one file on purpose — it is copied to the nodes and run as a standalone script.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ are judged by the same rules.
 
 ``run_qualify(cluster, suite, results_dir)`` is the entry point other commands use (``up`` calls it as
 its last gate); ``qualify_endpoint`` does the same against a bare endpoint (tests, the simulator).
+
+Size: one module on purpose — every check is a small function over the same endpoint, report and
+JSON-reading helpers; split, each would only import all of them back.
 """
 
 from __future__ import annotations

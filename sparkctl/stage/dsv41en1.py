@@ -18,6 +18,9 @@ SHA-256 of each packed file and the checkpoint identity (SHA-256 of ``config.jso
 ``model.safetensors.index.json``). A re-run checks the files against it and skips; anything of
 this rank and TP size that the manifest does not cover, and any ``.partial`` file, is refused
 unless ``force``.
+
+Size: the format, its packer and its verifier stay in one module on purpose — it is the one
+definition of DSV41EN1, and a packer and verifier apart could drift from each other.
 """
 
 from __future__ import annotations

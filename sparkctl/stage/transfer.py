@@ -22,6 +22,9 @@ Wire protocol (one TCP connection per file, JSON lines then raw bytes)::
     ← {"ok": true, "start": S}  then bytes [S, size) of P     (S = N when the prefix matched, else 0)
     → {"op": "done", "node": NAME}                            (the downstream has every file)
     ← {"ok": true}
+
+Size: one module on purpose — both ends of the chain protocol above (``Server``, ``fetch_file``),
+their framing helpers and ``run_node``, which drives them on a node, read best side by side.
 """
 
 from __future__ import annotations

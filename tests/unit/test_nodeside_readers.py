@@ -146,7 +146,8 @@ def _shards(root: Path, rank: int = 1, tp: int = 4, **doc: object) -> dict[str, 
 def test_shards_on_disk_verified_and_each_problem_named(tmp_path: Path) -> None:
     _shards(tmp_path)
     assert manifests.shards_on_disk(str(tmp_path), 1, 4) == {"verified": True, "files": 2, "bytes": 215}
-    assert manifests.shards_on_disk(str(tmp_path), 2, 4)["problem"] == f"manifest-r2of4.json missing in {tmp_path}"
+    missing = manifests.shards_on_disk(str(tmp_path), 2, 4)["problem"]
+    assert missing == f"manifest-r2of4.json missing in {tmp_path}"
     (tmp_path / "engram-l14-r1of4.bin").write_bytes(b"short")
     assert manifests.shards_on_disk(str(tmp_path), 1, 4)["problem"] == (
         "engram-l14-r1of4.bin is 5 B, manifest says 114")
@@ -160,7 +161,8 @@ def test_shards_on_disk_refuses_other_formats_and_ranks(tmp_path: Path) -> None:
     _shards(tmp_path / "b", rank=1, tp=4)
     doc = json.loads((tmp_path / "b" / "manifest-r1of4.json").read_text())
     (tmp_path / "b" / "manifest-r1of4.json").write_text(json.dumps({**doc, "rank": 0}))
-    assert manifests.shards_on_disk(str(tmp_path / "b"), 1, 4)["problem"] == "manifest-r1of4.json records rank 0 of 4"
+    problem = manifests.shards_on_disk(str(tmp_path / "b"), 1, 4)["problem"]
+    assert problem == "manifest-r1of4.json records rank 0 of 4"
 
 
 def test_read_names_the_file(tmp_path: Path) -> None:

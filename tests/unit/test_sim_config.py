@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl_sim.config import ArgError, knob_env, load_knobs, parse_argv, parse_simple_yaml
+from sparkctl_sim.config import ArgError, parse_argv, parse_simple_yaml
+from sparkctl_sim.knobs import knob_env, load_knobs
 
 R4_LIKE = [
     "serve",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sparkctl.profiles import Simulator, load_profile
-from sparkctl_sim.config import KNOBS, knob_env
+from sparkctl_sim.knobs import KNOBS, knob_env
 
 
 def test_every_profile_setting_names_a_simulator_knob() -> None:

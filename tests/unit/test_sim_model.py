@@ -12,7 +12,7 @@ import pytest
 
 from sparkctl_sim import images, tokenizer
 from sparkctl_sim.arithmetic import find_arithmetic
-from sparkctl_sim.config import Knobs
+from sparkctl_sim.knobs import Knobs
 from sparkctl_sim.model import Responder, pseudo_text
 from sparkctl_sim.prompt import RequestError, read_prompt
 

@@ -1,0 +1,166 @@
+"""The simulator's own knobs: environment variables (faults, speeds, memory) that the lab profile's
+``simulator:`` section maps onto, read once at start."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkctl_sim.config import ArgError
+
+FAULTS = (
+    "wrong-arithmetic",
+    "unstable-output",
+    "bad-json",
+    "no-tool-call",
+    "lose-needle",
+    "blind",
+    "garbage-at-batch",
+    "never-ready",
+)
+
+
+@dataclass(frozen=True)
+class Knob:
+    env: str
+    default: str
+    help: str
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("SPARKCTL_SIM_BOOT_DELAY_S", "2", "seconds of simulated model loading after all ranks joined"),
+    Knob("SPARKCTL_SIM_TOKEN_RATE", "50", "decode tokens per second per request"),
+    Knob(
+        "SPARKCTL_SIM_BATCH_SLOWDOWN",
+        "0",
+        "per-request rate = rate / (1 + slowdown × (running − 1)); 0 keeps every stream at the rate",
+    ),
+    Knob("SPARKCTL_SIM_TTFT_S", "0.05", "fixed time to first token, seconds"),
+    Knob("SPARKCTL_SIM_PREFILL_RATE", "20000", "prompt tokens per second added to the time to first token"),
+    Knob("SPARKCTL_SIM_HOLD_MIB", "0", "MiB of memory each rank allocates, touches and holds after joining"),
+    Knob("SPARKCTL_SIM_FAULT", "", "comma-separated faults for negative tests: " + ", ".join(FAULTS)),
+    Knob("SPARKCTL_SIM_HEARTBEAT_S", "1", "heartbeat interval between rank 0 and each worker"),
+    Knob("SPARKCTL_SIM_PEER_TIMEOUT_S", "3", "silence after which a peer counts as lost"),
+    Knob("SPARKCTL_SIM_HEAD_LOSS_EXIT_S", "10", "a worker exits (status 1) this long after losing rank 0"),
+    Knob("SPARKCTL_SIM_DEFAULT_MAX_TOKENS", "128", "completion budget when a request sets no max_tokens"),
+)
+
+
+# A profile's `simulator:` keys -> knob variables (any knob may also be named by its lower-case suffix,
+# e.g. `ttft_s` -> SPARKCTL_SIM_TTFT_S).
+PROFILE_KEYS = {
+    "hold_mem_mib": "SPARKCTL_SIM_HOLD_MIB",
+    "fault": "SPARKCTL_SIM_FAULT",
+    "faults": "SPARKCTL_SIM_FAULT",
+}
+
+
+def knob_env(settings: Mapping[str, Any]) -> dict[str, str]:
+    """The environment that gives a rank these simulator settings (a profile's ``simulator:`` section).
+
+    Raises ValueError naming an unknown key or a bad value, checked exactly as the rank would check it.
+    """
+    known = {k.env for k in KNOBS}
+    env: dict[str, str] = {}
+    for key, value in settings.items():
+        name = PROFILE_KEYS.get(key) or "SPARKCTL_SIM_" + key.upper()
+        if name not in known:
+            choices = ", ".join(
+                sorted({k.env[len("SPARKCTL_SIM_") :].lower() for k in KNOBS} | set(PROFILE_KEYS))
+            )
+            raise ValueError(f"simulator.{key}: unknown simulator setting; known: {choices}")
+        if value is None:
+            continue
+        if isinstance(value, list | tuple | set | frozenset):
+            text = ",".join(str(v) for v in value)
+        elif isinstance(value, bool):
+            raise ValueError(f"simulator.{key}: expected a number or text, got {value}")
+        else:
+            text = str(value)
+        env[name] = text
+    try:
+        load_knobs(env)
+    except ArgError as exc:
+        raise ValueError(str(exc)) from None
+    return env
+
+
+@dataclass(frozen=True)
+class Knobs:
+    boot_delay_s: float = 2.0
+    token_rate: float = 50.0
+    batch_slowdown: float = 0.0
+    ttft_s: float = 0.05
+    prefill_rate: float = 20000.0
+    hold_mib: int = 0
+    faults: frozenset[str] = field(default_factory=frozenset)
+    heartbeat_s: float = 1.0
+    peer_timeout_s: float = 3.0
+    head_loss_exit_s: float = 10.0
+    default_max_tokens: int = 128
+
+    def has(self, fault: str) -> bool:
+        return fault in self.faults
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "boot_delay_s": self.boot_delay_s,
+            "token_rate": self.token_rate,
+            "batch_slowdown": self.batch_slowdown,
+            "ttft_s": self.ttft_s,
+            "prefill_rate": self.prefill_rate,
+            "hold_mib": self.hold_mib,
+            "faults": sorted(self.faults),
+            "heartbeat_s": self.heartbeat_s,
+            "peer_timeout_s": self.peer_timeout_s,
+            "head_loss_exit_s": self.head_loss_exit_s,
+            "default_max_tokens": self.default_max_tokens,
+        }
+
+
+def _num(env: Mapping[str, str], name: str, default: str, kind: type, minimum: float) -> Any:
+    raw = env.get(name, "").strip() or default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ArgError(f"{name}={raw!r} is not a valid {kind.__name__}") from None
+    if value < minimum:
+        raise ArgError(f"{name}={raw!r} must be >= {minimum}")
+    return value
+
+
+def load_knobs(env: Mapping[str, str] | None = None) -> Knobs:
+    env = os.environ if env is None else env
+    defaults = {k.env: k.default for k in KNOBS}
+    faults = frozenset(f.strip() for f in env.get("SPARKCTL_SIM_FAULT", "").split(",") if f.strip())
+    unknown = sorted(faults - set(FAULTS))
+    if unknown:
+        raise ArgError(
+            f"SPARKCTL_SIM_FAULT: unknown fault(s) {', '.join(unknown)}; known: {', '.join(FAULTS)}"
+        )
+    rate = _num(env, "SPARKCTL_SIM_TOKEN_RATE", defaults["SPARKCTL_SIM_TOKEN_RATE"], float, 0.0)
+    if rate <= 0:
+        raise ArgError("SPARKCTL_SIM_TOKEN_RATE must be positive")
+    return Knobs(
+        boot_delay_s=_num(env, "SPARKCTL_SIM_BOOT_DELAY_S", defaults["SPARKCTL_SIM_BOOT_DELAY_S"], float, 0),
+        token_rate=rate,
+        batch_slowdown=_num(
+            env, "SPARKCTL_SIM_BATCH_SLOWDOWN", defaults["SPARKCTL_SIM_BATCH_SLOWDOWN"], float, 0
+        ),
+        ttft_s=_num(env, "SPARKCTL_SIM_TTFT_S", defaults["SPARKCTL_SIM_TTFT_S"], float, 0),
+        prefill_rate=_num(env, "SPARKCTL_SIM_PREFILL_RATE", defaults["SPARKCTL_SIM_PREFILL_RATE"], float, 1),
+        hold_mib=_num(env, "SPARKCTL_SIM_HOLD_MIB", defaults["SPARKCTL_SIM_HOLD_MIB"], int, 0),
+        faults=faults,
+        heartbeat_s=_num(env, "SPARKCTL_SIM_HEARTBEAT_S", defaults["SPARKCTL_SIM_HEARTBEAT_S"], float, 0.05),
+        peer_timeout_s=_num(
+            env, "SPARKCTL_SIM_PEER_TIMEOUT_S", defaults["SPARKCTL_SIM_PEER_TIMEOUT_S"], float, 0.1
+        ),
+        head_loss_exit_s=_num(
+            env, "SPARKCTL_SIM_HEAD_LOSS_EXIT_S", defaults["SPARKCTL_SIM_HEAD_LOSS_EXIT_S"], float, 0
+        ),
+        default_max_tokens=_num(
+            env, "SPARKCTL_SIM_DEFAULT_MAX_TOKENS", defaults["SPARKCTL_SIM_DEFAULT_MAX_TOKENS"], int, 1
+        ),
+    )

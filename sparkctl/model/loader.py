@@ -433,6 +433,7 @@ def load_inventory(path: Path | str, *, vault_password_file: Path | str | None =
     raw = read_raw(inv, problems, vault_password_file)
     draft = validate_raw(raw, inv, problems)
     warnings = run_checks(draft, problems)
+    problems.drop_missing_where_reported()
     problems.locate(raw.origins)
     problems.raise_if_any(str(inv))
     site = draft.site

@@ -43,6 +43,11 @@ class Problems:
         for problem in problems:
             self.add(problem.path, problem.what, problem.todo)
 
+    def drop_missing_where_reported(self) -> None:
+        """A value that could not be read (decrypted, templated) is not also 'missing'."""
+        other = {p.path for p in self.items if p.what != "missing"}
+        self.items = [p for p in self.items if not (p.what == "missing" and p.path in other)]
+
     def locate(self, origins: dict[str, str]) -> None:
         """Name the file (and line) of each problem's field: its own origin or its nearest parent's."""
         for i, problem in enumerate(self.items):

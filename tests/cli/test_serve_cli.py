@@ -138,7 +138,12 @@ def test_up_at_a_terminal_asks_before_replacing_running_ranks(
     site.nodes.state["spark-1"].unit = "failed"
     asked: list[str] = []
     monkeypatch.setattr(serve, "_interactive", lambda: True)
-    monkeypatch.setattr(serve, "_ask", lambda question: asked.append(question) or answer)
+
+    def ask(question: str) -> bool:
+        asked.append(question)
+        return answer
+
+    monkeypatch.setattr(serve, "_ask", ask)
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == code, res.err
     assert len(asked) == 1 and "cluster is degraded" in asked[0]

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from typer.core import TyperGroup
 from typer.main import get_command
 
 from sparkctl.cli import _register, app
+from sparkctl.cli import qa as qa_cli
 from sparkctl.cli.shell import PANELS
 
 LIFECYCLE = ["validate", "plan", "profiles", "preflight", "provision", "switch", "check", "stage",
@@ -168,3 +170,29 @@ def test_completion_offers_nothing_when_the_inventory_does_not_load(
     hosts.write_text(yaml.safe_dump(doc))
     assert complete(f"sparkctl -i {example_copy} plan --node ") == []
     assert complete(f"sparkctl -i {tmp_path / 'nowhere'} logs ") == []
+
+
+# --- options from the environment ------------------------------------------------------------------
+
+
+def test_results_directory_comes_from_the_environment(
+    run_cli: Any, example_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[Path] = []
+
+    def fake_qualify(cluster: Any, suite: str, results: Path, **_: Any) -> Any:
+        seen.append(results)
+        return SimpleNamespace(passed=True, to_dict=lambda: {"passed": True})
+
+    monkeypatch.setattr(qa_cli, "run_qualify", fake_qualify)
+    monkeypatch.setenv("SPARKCTL_RESULTS", str(tmp_path / "evidence"))
+    res = run_cli("-i", str(example_copy), "--json", "qualify")
+    assert res.code == 0, res.err
+    res = run_cli("-i", str(example_copy), "--json", "qualify", "--results", str(tmp_path / "here"))
+    assert res.code == 0, res.err
+    assert seen == [tmp_path / "evidence", tmp_path / "here"]
+
+
+def test_help_names_the_environment_variables(run_cli: Any) -> None:
+    assert "SPARKCTL_INVENTORY" in run_cli("--help").out
+    assert "SPARKCTL_RESULTS" in run_cli("bench", "--help").out

@@ -7,6 +7,9 @@ up:     validate → preflight on every node (all reported together) → playboo
 down:   playbooks/down.yml (rank 0 first, grace period, forced shutdown, SIGKILL backstop).
 status: one SSH probe per node in parallel plus rank 0's HTTP endpoints → ready/degraded/down.
 logs:   the rank units' journals over SSH. bundle: a support tarball, every secret redacted.
+
+One module over 400 lines on purpose: the five verbs share the seams the CLI tests replace
+(``_execute``, ``_fleet``, ``_http``, ``_new_run_dir``), so a fake site is wired in one place.
 """
 
 from __future__ import annotations

@@ -1,0 +1,45 @@
+"""`pytest` from the repository root collects every layer: unique test file basenames (the test
+directories are not packages, so two `test_x.py` collide), integration tests marked so the default
+run deselects them, and a collection without errors."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TESTS = REPO / "tests"
+
+
+def test_test_file_basenames_are_unique_across_layers() -> None:
+    names = Counter(p.name for p in TESTS.rglob("test_*.py"))
+    assert not [n for n, c in names.items() if c > 1], "test files sharing a basename"
+
+
+def _marks_integration(path: Path) -> bool:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets
+        ):
+            return "integration" in ast.unparse(node.value)
+    return False
+
+
+def test_every_integration_module_is_marked() -> None:
+    modules = sorted((TESTS / "integration").glob("test_*.py"))
+    unmarked = [p.name for p in modules if not _marks_integration(p)]
+    assert not unmarked, f"integration tests without pytestmark = pytest.mark.integration: {unmarked}"
+
+
+def test_plain_pytest_collects_everything_and_deselects_the_lab() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )
+    tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr
+    assert proc.returncode == 0, f"collection failed: {tail}\n{proc.stdout[-3000:]}"
+    assert "error" not in tail and "deselected" in tail, tail
+    assert "tests/integration/" not in proc.stdout  # none selected by default

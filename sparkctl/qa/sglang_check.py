@@ -1,7 +1,7 @@
 """Run every rendered rank argv through SGLang's own argument parser, on a machine without a GPU.
 
-With the optional extra (``pip install 'sparkctl[sglang]'``: SGLang 0.5.23 installed without its
-GPU dependencies, see the README), ``check_argv(argv)`` calls ``sglang.srt.server_args.
+With SGLang 0.5.23 installed without its GPU dependencies plus the ``sglang`` extra of
+``sparkctl-dgx`` (``make sglang`` builds that venv), ``check_argv(argv)`` calls ``sglang.srt.server_args.
 prepare_server_args`` -- the very function ``sglang serve`` calls -- and returns SGLang's own error
 messages (unknown flag, invalid choice, bad type, ...). Importing SGLang needs torch and triton; a
 ``sys.meta_path`` finder answers those imports with inert stand-ins, so nothing CUDA-related is
@@ -223,7 +223,7 @@ def _has_sglang(interpreter: str) -> bool:
 
 
 def available() -> bool:
-    """True when SGLang can be imported for checking (the sparkctl[sglang] extra is installed)."""
+    """True when SGLang can be imported for checking (``make sglang``: SGLang + the sglang extra)."""
     return _has_sglang(python())
 
 

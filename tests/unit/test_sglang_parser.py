@@ -1,4 +1,4 @@
-"""Every rendered rank argv through SGLang 0.5.23's own parser (needs the sparkctl[sglang] extra).
+"""Every rendered rank argv through SGLang 0.5.23's own parser (needs `make sglang`).
 
 The extra may live in this venv or in a separate one named by $SPARKCTL_SGLANG_PYTHON.
 """
@@ -18,7 +18,7 @@ from sparkctl.render import rank_argv
 
 pytestmark = [
     pytest.mark.sglang,
-    pytest.mark.skipif(not sglang_check.available(), reason="sparkctl[sglang] extra not installed"),
+    pytest.mark.skipif(not sglang_check.available(), reason="SGLang not installed (make sglang)"),
 ]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "inventory" / "example"

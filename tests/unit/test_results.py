@@ -22,7 +22,9 @@ PLAYBOOK = """\
     - name: Report to sparkctl
       ansible.builtin.set_stats:
         data:
-          sparkctl_stage: "{{{{ {{inventory_hostname: {{'transfer': {{'bytes_moved': probe_out.stdout | length}}}}}} }}}}"
+          sparkctl_stage: "{{{{ {{inventory_hostname: {{'transfer': moved}}}} }}}}"
+      vars:
+        moved: {{bytes_moved: "{{{{ probe_out.stdout | length }}}}"}}
 """
 
 

@@ -53,6 +53,9 @@ class Mgmt(_Section):
 
     subnet: IPv4Network
     interface: Netdev
+    # More places SSH may come from besides the subnet (a VPN, a jump host); the address the
+    # controller connects from is added on each node at provision time as well.
+    admin_sources: list[IPv4Network] = Field(default_factory=list)
 
 
 class Fabric(_Section):
@@ -194,6 +197,11 @@ class Node(_Section):
     @property
     def fabric_ip(self) -> IPv4Address:
         return self.fabric_ports[0].ip
+
+    @property
+    def ssh_port(self) -> int:
+        """The port the controller reaches this node's sshd on (``ansible_port``, default 22)."""
+        return int(self.hostvars.get("ansible_port", 22))
 
     @property
     def is_head(self) -> bool:

@@ -138,6 +138,7 @@ def firewall(cluster: Cluster, node: Node) -> str:
         peers += [str(n.mgmt_ip) for n in cluster.nodes]
         peer_note += " and the nodes' management addresses"
     api = [str(s) for s in cluster.api_allow]
+    admins = [str(cluster.mgmt.subnet), *(str(s) for s in cluster.mgmt.admin_sources)]
     fabric_ifs = [f'"{p.netdev}"' for p in node.fabric_ports]
     ports = cluster.ports
     return f"""#!/usr/sbin/nft -f
@@ -161,6 +162,14 @@ table inet sparkctl {{
         elements = {_set(api)}
     }}
 
+    set admin_sources {{
+        type ipv4_addr
+        flags interval
+        # SSH: the management subnet and sparkctl_mgmt.admin_sources; provision adds the
+        # address the controller connects from ({c.FIREWALL_DROPIN_DIR}/controller.nft).
+        elements = {_set(admins)}
+    }}
+
     chain input {{
         type filter hook input priority filter; policy drop;
         ct state established,related accept
@@ -169,8 +178,8 @@ table inet sparkctl {{
         meta l4proto icmp accept
         # ICMPv6 by number: minimal hosts have no /etc/protocols to resolve its name.
         meta l4proto 58 accept
-        # SSH from the management subnet only.
-        ip saddr {cluster.mgmt.subnet} tcp dport 22 accept
+        # SSH on the node's own port, from the admin sources only.
+        ip saddr @admin_sources tcp dport {node.ssh_port} accept
         # The OpenAI API (rank 0) and every rank's /health.
         ip saddr @api_clients tcp dport {ports.api} accept
         # Nothing but peers on the fabric ports.
@@ -178,6 +187,9 @@ table inet sparkctl {{
         ip saddr @rank_peers meta l4proto {{ tcp, udp }} accept
     }}
 }}
+
+# Site additions written on the node (a glob: none is fine), e.g. the controller's address.
+include "{c.FIREWALL_DROPIN_DIR}/*.nft"
 """
 
 

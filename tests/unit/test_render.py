@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from ipaddress import IPv4Network
 from pathlib import Path
 from typing import Any
 
@@ -165,9 +166,19 @@ def test_qos_numbers(example: Any) -> None:
 def test_firewall_scopes(example: Any) -> None:
     nft = host.firewall(example, example.head)
     assert "elements = { 10.77.0.0/24, 10.77.1.0/24 }" in nft
-    assert "ip saddr 192.168.7.0/24 tcp dport 22 accept" in nft
+    assert "elements = { 192.168.7.0/24 }" in nft  # admin_sources: the management subnet
+    assert "ip saddr @admin_sources tcp dport 22 accept" in nft
     assert "ip saddr @api_clients tcp dport 8004 accept" in nft
     assert "policy drop" in nft
+    assert nft.rstrip().endswith('include "/etc/sparkctl/firewall.d/*.nft"')
+
+
+def test_firewall_allows_ssh_on_the_nodes_own_port_and_the_admin_sources(example: Any) -> None:
+    head = example.head.model_copy(update={"hostvars": {**example.head.hostvars, "ansible_port": 2222}})
+    mgmt = example.mgmt.model_copy(update={"admin_sources": [IPv4Network("100.64.0.0/10")]})
+    nft = host.firewall(example.model_copy(update={"mgmt": mgmt}), head)
+    assert "tcp dport 2222 accept" in nft and "tcp dport 22 " not in nft
+    assert "elements = { 192.168.7.0/24, 100.64.0.0/10 }" in nft
 
 
 def test_routeros_l2mtu_before_mtu(example: Any) -> None:

@@ -81,3 +81,10 @@ def test_a_netplan_that_cuts_the_controllers_path_is_restored_by_the_node(provis
     finally:
         if lab.exec(TARGET, "cat", netplan, check=False).stdout != before:
             lab.run_sparkctl("provision", "--tags", "fabric", "--limit", TARGET, timeout=600)
+
+
+def test_the_configuration_directory_is_private(provisioned: Any) -> None:
+    # The rank's env and secrets files land here later (`up`): nobody else may ever read them.
+    for node in provisioned.nodes:
+        mode = provisioned.exec(node, "stat", "-c", "%a", "/etc/sparkctl").stdout.strip()
+        assert mode == "700", f"{node}: /etc/sparkctl is {mode}"

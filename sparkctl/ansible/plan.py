@@ -151,6 +151,9 @@ def for_preflight(cluster: Any, limit: str | None = None) -> Plan:
     return Plan(playbook="preflight.yml", inventory=Path(cluster.inventory_dir), limit=_limit(cluster, limit))
 
 
-def for_switch(cluster: Any, *, check: bool = False, diff: bool = False) -> Plan:
-    """playbooks/switch.yml: preflight, then the RoCE switch (``check`` + ``diff``: what would change)."""
-    return Plan(playbook="switch.yml", inventory=Path(cluster.inventory_dir), check=check, diff=diff)
+def for_switch(cluster: Any, *, check: bool = False, diff: bool = False, rollback: bool = False) -> Plan:
+    """playbooks/switch.yml: preflight, then the RoCE switch (``check`` + ``diff``: what would change;
+    ``rollback``: restore the newest backup the role saved instead of applying)."""
+    extravars: dict[str, Any] = {"spark_switch_rollback": True} if rollback else {}
+    return Plan(playbook="switch.yml", inventory=Path(cluster.inventory_dir), check=check, diff=diff,
+                extravars=extravars)

@@ -2,7 +2,8 @@
 
 show:  the candidate configuration, rendered locally; nothing is contacted.
 diff:  playbooks/switch.yml in check mode with --diff: what apply would change; nothing is changed.
-apply: playbooks/switch.yml for real (preflight first, as every mutating playbook does).
+apply: playbooks/switch.yml for real (preflight first, as every mutating playbook does); every apply
+       saves a timestamped backup first, and `apply --rollback` restores the newest one.
 
 ``sparkctl provision --tags switch`` runs the same role as part of provision.yml.
 """
@@ -48,8 +49,8 @@ def switch_show(ctx: typer.Context, inventory: InventoryOpt = None, json_out: Js
     sys.stdout.write(entry["config"])
 
 
-def _run(ctx: typer.Context, cluster: Cluster, check: bool, diff: bool) -> None:
-    verb = "switch diff" if check else "switch apply"
+def _run(ctx: typer.Context, cluster: Cluster, check: bool, diff: bool, rollback: bool = False) -> None:
+    verb = "switch diff" if check else ("switch apply --rollback" if rollback else "switch apply")
     if cluster.switch is None:
         if ctx.obj.json:
             ui.print_json({"ok": True, "switch": None, "changed": 0})
@@ -57,7 +58,7 @@ def _run(ctx: typer.Context, cluster: Cluster, check: bool, diff: bool) -> None:
             where = cluster.inventory_dir
             ui.console.print(f"{ui.SKIP} no switch in {where} (a switchless site): nothing to do")
         return
-    plan = planning.for_switch(cluster, check=check, diff=diff)
+    plan = planning.for_switch(cluster, check=check, diff=diff, rollback=rollback)
     hosts = [n.name for n in cluster.nodes] + [cluster.switch.name]
     result = run_with_table(ctx, plan, f"{verb} · {cluster.switch.name}", hosts)
     changed = result.stats[cluster.switch.name].changed if cluster.switch.name in result.stats else 0
@@ -85,9 +86,14 @@ def switch_diff(ctx: typer.Context) -> None:
 def switch_apply(
     ctx: typer.Context,
     diff: Annotated[bool, typer.Option("--diff", help="Show the changes as they are made.")] = False,
+    rollback: Annotated[
+        bool,
+        typer.Option("--rollback", help="Restore the newest backup saved by an earlier apply (RouterOS "
+                     "reboots into it; NVUE re-applies the revision before the current one)."),
+    ] = False,
 ) -> None:
-    """Configure the switch: MTU, ports, RoCE QoS (preflight first; idempotent)."""
-    _run(ctx, load_inventory(ctx.obj.inventory_dir()), check=False, diff=diff)
+    """Configure the switch: MTU, ports, RoCE QoS (preflight first; a backup first; idempotent)."""
+    _run(ctx, load_inventory(ctx.obj.inventory_dir()), check=False, diff=diff, rollback=rollback)
 
 
 def register(app: typer.Typer) -> None:

@@ -124,6 +124,20 @@ def test_switch_apply_runs_for_real(
     assert doc["switch"] == "crs812" and doc["changed"] == 2 and doc["ok"] is True
 
 
+def test_switch_apply_rollback_asks_the_role_for_the_newest_backup(
+    run_cli: Any, example_copy: Path, fake: FakeRunner
+) -> None:
+    res = run_cli("-i", str(example_copy), "switch", "apply", "--rollback")
+    assert res.code == EXIT_OK, res.err
+    (plan,) = fake.plans
+    assert (plan.playbook, plan.check) == ("switch.yml", False)
+    assert plan.extravars == {"spark_switch_rollback": True}
+    assert "switch apply --rollback: crs812" in res.out
+    fake.plans.clear()
+    assert run_cli("-i", str(example_copy), "switch", "apply").code == EXIT_OK
+    assert fake.plans[0].extravars == {}
+
+
 def test_switch_apply_failure_exits_1_naming_the_host(
     run_cli: Any, example_copy: Path, fake: FakeRunner
 ) -> None:

@@ -299,44 +299,34 @@ def up(
             )
         say(f"{ui.OK} preflight: {len(checks)} checks passed on {len(cluster.nodes)} nodes")
 
+        # From here on a unit may have started: every way out but success stops all ranks again
+        # (a failure, a gate, Ctrl-C, an error while recording) and says what it really stopped.
         try:
-            _run_playbook(for_up(cluster), "installing and starting the rank units", verbose)
-        except SparkctlError as exc:
-            failed_hosts = sorted({d.split(":", 1)[0] for d in exc.details} & set(fleet.targets))
-            for host in failed_hosts[:2]:
-                cmd = f"journalctl -u {probe.unit_name(doc)} -n 15 --no-pager -o short-iso 2>&1\n"
-                res = fleet.run({host: cmd}, timeout=15, only=[host])[host]
-                if res.reachable:
-                    exc.details += [f"log tail of {host}:"] + [f"    {ln}" for ln in res.stdout.splitlines()]
-            say("stopping every rank")
-            _stop_all(cluster, verbose)
-            raise
-        run_dir = _new_run_dir("up")
-        qualify = _qualify_fn(cluster, run_dir)
-        watch = bootwatch.BootWatch(cluster, doc, fleet, http, api_key, record_dir=run_dir, qualify=qualify)
-        try:
-            if as_json:
-                state = watch.run()
-            else:
-                with Live(phase_table(watch.state), console=ui.console, refresh_per_second=4) as live:
-                    watch.on_update = lambda s: live.update(phase_table(s))
-                    state = watch.run()
-        except bootwatch.GateFailure as exc:
-            say(f"{ui.FAIL} gate failed: {exc.gate} — stopping every rank")
-            _stop_all(cluster, verbose)
-            details = [f"node: {exc.node or 'cluster'}", f"records: {run_dir}"]
-            if exc.log_tail:
-                tail = exc.log_tail.splitlines()[-bootwatch.LOG_TAIL_LINES:]
-                details += ["log tail:"] + [f"    {line}" for line in tail]
-            raise SparkctlError(
-                f"`up` failed at the gate {exc.gate!r} on {exc.node or 'the cluster'}: {exc.detail}",
-                hint="all ranks were stopped; see the log tail, fix, and run `sparkctl up` again",
-                details=details,
-            ) from None
-        except KeyboardInterrupt:
-            say("interrupted — stopping every rank")
-            _stop_all(cluster, verbose)
-            raise
+            state, run_dir = _start_and_watch(cluster, doc, fleet, http, api_key, verbose, as_json, say)
+        except BaseException as exc:
+            reason = (f"gate {exc.gate!r} failed" if isinstance(exc, bootwatch.GateFailure)
+                      else "interrupted" if isinstance(exc, KeyboardInterrupt)
+                      else "the start failed")
+            say(f"{ui.FAIL} {reason} — stopping every rank")
+            stopped = _stop_after_failure(cluster, verbose)
+            if isinstance(exc, bootwatch.GateFailure):
+                details = [f"node: {exc.node or 'cluster'}", f"records: {exc.record_dir or '-'}"]
+                if exc.log_tail:
+                    tail = exc.log_tail.splitlines()[-bootwatch.LOG_TAIL_LINES:]
+                    details += ["log tail:"] + [f"    {line}" for line in tail]
+                raise SparkctlError(
+                    f"`up` failed at the gate {exc.gate!r} on {exc.node or 'the cluster'}: {exc.detail}",
+                    hint=f"{stopped}; see the log tail, fix, and run `sparkctl up` again",
+                    details=details,
+                ) from None
+            if isinstance(exc, SparkctlError):
+                exc.hint = f"{stopped}; {exc.hint}" if exc.hint else stopped
+                raise
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                say(stopped)
+                raise
+            raise SparkctlError(f"`up` failed: {type(exc).__name__}: {exc}", hint=stopped,
+                                exit_code=EXIT_FAILED) from exc
         seconds = time.monotonic() - started
         mins = {n: r.mem_min for n, r in state.rows.items()}
         if as_json:
@@ -350,6 +340,46 @@ def up(
     finally:
         fleet.close()
         http.close()
+
+
+def _start_and_watch(cluster: Any, doc: dict[str, Any], fleet: Any, http: Any, api_key: str | None,
+                     verbose: bool, as_json: bool, say: Any) -> tuple[bootwatch.BootState, Path]:
+    """Install and start the units (ranks 1..n, then 0), then watch the gates; raise on any failure."""
+    try:
+        _run_playbook(for_up(cluster), "installing and starting the rank units", verbose)
+    except SparkctlError as exc:
+        failed_hosts = sorted({d.split(":", 1)[0] for d in exc.details} & set(fleet.targets))
+        for host in failed_hosts[:2]:
+            cmd = f"journalctl -u {probe.unit_name(doc)} -n 15 --no-pager -o short-iso 2>&1\n"
+            res = fleet.run({host: cmd}, timeout=15, only=[host])[host]
+            if res.reachable:
+                exc.details += [f"log tail of {host}:"] + [f"    {ln}" for ln in res.stdout.splitlines()]
+        raise
+    run_dir = _new_run_dir("up")
+    qualify = _qualify_fn(cluster, run_dir)
+    watch = bootwatch.BootWatch(cluster, doc, fleet, http, api_key, record_dir=run_dir, qualify=qualify)
+    try:
+        if as_json:
+            return watch.run(), run_dir
+        with Live(phase_table(watch.state), console=ui.console, refresh_per_second=4) as live:
+            watch.on_update = lambda s: live.update(phase_table(s))
+            return watch.run(), run_dir
+    except bootwatch.GateFailure as exc:
+        exc.record_dir = run_dir
+        raise
+
+
+def _stop_after_failure(cluster: Any, verbose: bool) -> str:
+    """Stop every rank after a failed start; say what was really stopped (never assume it)."""
+    try:
+        stop = _stop_all(cluster, verbose)
+    except BaseException as exc:  # even a second Ctrl-C or a runner crash must be reported
+        return f"stopping the ranks failed too ({type(exc).__name__}: {exc}); run `sparkctl down`"
+    if stop.ok:
+        return f"all {len(cluster.nodes)} ranks were stopped"
+    where = ", ".join(stop.failed_hosts) or "the controller"
+    return (f"stopping the ranks FAILED on {where} (ranks there may still run; run `sparkctl down`); "
+            f"artifacts: {stop.artifact_dir}")
 
 
 def _confirm_replace(before: verdict.Snapshot, why: str) -> None:

@@ -34,6 +34,7 @@ class GateFailure(Exception):
         self.node = node
         self.detail = detail
         self.log_tail = log_tail
+        self.record_dir: Path | None = None  # where the boot records of the failed start are
 
 
 PHASES = ("unit", "health", "ready", "server_info", "markers", "chat", "qualify")

@@ -200,6 +200,49 @@ def test_failed_start_playbook_stops_everything(run_cli: Any, site: Site) -> Non
     assert "spark-2" in res.err and "unit failed to start" in res.err
 
 
+def test_ctrl_c_during_the_start_playbook_stops_everything(run_cli: Any, site: Site) -> None:
+    def interrupted(state: dict[str, Any]) -> None:
+        raise KeyboardInterrupt
+
+    site.after_up = interrupted  # the units started, then the admin pressed Ctrl-C
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == 130
+    assert site.books() == ["up.yml", "down.yml"]
+    assert all(st.unit == "inactive" for st in site.nodes.state.values())
+    assert "all 4 ranks were stopped" in res.err + res.out
+
+
+def test_an_error_while_recording_stops_everything(
+    run_cli: Any, site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_space(verb: str) -> Path:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(serve, "_new_run_dir", no_space)
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == EXIT_FAILED
+    assert site.books() == ["up.yml", "down.yml"]
+    assert all(st.unit == "inactive" for st in site.nodes.state.values())
+    assert "No space left on device" in res.err and "all 4 ranks were stopped" in res.err
+
+
+def test_a_failed_stop_is_reported_as_such(run_cli: Any, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    site = Site(tmp_path, monkeypatch, overrides={"memory": {"floor_gib": 2.5}})
+    site.nodes.state["spark-1"].mem = 3 * GIB
+
+    def squeeze(state: dict[str, Any]) -> None:
+        state["spark-1"].mem = int(2.2 * GIB)
+
+    site.after_up = squeeze
+    site.fail_playbook = "down.yml"
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == EXIT_FAILED
+    assert site.books() == ["up.yml", "down.yml"]
+    assert "all ranks were stopped" not in res.err and "all 4 ranks were stopped" not in res.err
+    assert "stopping the ranks FAILED on spark-2" in res.err
+
+
 def test_up_without_the_api_key_is_bad_input(run_cli: Any, site: Site) -> None:
     Path(site.cluster.secrets["api_key"].file).unlink()
     res = run_cli("-i", str(site.inventory), "up")

@@ -423,7 +423,7 @@ def _qualify_fn(cluster: Any, run_dir: Path) -> Any:
 
 def down(
     ctx: typer.Context,
-    grace: Annotated[int | None, typer.Option("--grace", help="Seconds rank 0 may drain before the forced shutdown.")] = None,  # noqa: E501
+    grace: Annotated[int | None, typer.Option("--grace", help="Seconds rank 0 may drain before the forced shutdown (default: the profile's gates.drain_s).")] = None,  # noqa: E501
 ) -> None:
     """Stop every rank: SIGTERM rank 0, grace period, forced shutdown, SIGKILL backstop. Idempotent."""
     cluster, doc = _load(ctx)

@@ -112,6 +112,11 @@ class Gates(_Strict):
         default_factory=list, description="/server_info keys that must equal the rendered flags"
     )
     qualify_on_up: bool = False
+    drain_s: int = Field(
+        75, gt=0, le=3600,
+        description="seconds rank 0 may drain in-flight requests after SIGTERM before the forced shutdown "
+                    "(`down`'s default grace, the container's stop time)",
+    )
 
 
 class Needle(_Strict):

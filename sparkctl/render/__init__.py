@@ -71,7 +71,8 @@ def node_entry(cluster: Cluster, node: Node) -> dict[str, Any]:
         "unit_name": common.RANK_UNIT_NAME,
         "command": rank.launch_command(cluster, node),
         "env_file": common.RANK_ENV_FILE,
-        "stop_timeout_s": rank.stop_timeout_s(node),
+        "stop_timeout_s": rank.stop_timeout_s(cluster, node),
+        "drain_s": rank.drain_s(cluster),
     }
     if cluster.runtime.kind == "container":
         launch["container"] = rank.container_name(cluster, node)

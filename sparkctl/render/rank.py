@@ -239,17 +239,22 @@ def launch_command(cluster: Cluster, node: Node) -> list[str]:
     return argv
 
 
-def stop_timeout_s(node: Node) -> int:
+def drain_s(cluster: Cluster) -> int:
+    """Seconds rank 0 may drain after SIGTERM (the profile's), before it is shut down by force."""
+    return int(cluster.profile.gates.drain_s)
+
+
+def stop_timeout_s(cluster: Cluster, node: Node) -> int:
     # Rank 0 drains in-flight requests, then tells every scheduler to exit; workers ignore
     # SIGTERM and leave when that broadcast arrives, so they need less.
-    return 90 if node.rank == 0 else 45
+    return drain_s(cluster) + 15 if node.rank == 0 else 45
 
 
 def rank_unit(cluster: Cluster, node: Node) -> str:
     """The systemd unit that runs this node's rank. It is started by `sparkctl up`, never at boot."""
     profile = cluster.profile
     kind = cluster.runtime.kind
-    timeout = stop_timeout_s(node)
+    timeout = stop_timeout_s(cluster, node)
     after = ["network-online.target"]
     if cluster.fabric.host_qos:
         after.append(c.QOS_UNIT_NAME)

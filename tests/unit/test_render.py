@@ -11,6 +11,7 @@ import pytest
 import yaml
 from test_profiles import R4_PUBLISHED, split_flags
 
+from sparkctl import render
 from sparkctl.errors import InputError
 from sparkctl.model import Runtime, load_inventory
 from sparkctl.profiles import load_profile
@@ -224,3 +225,16 @@ def test_profile_override_reaches_argv(example: Any) -> None:
 def test_unknown_node(example: Any) -> None:
     with pytest.raises(InputError, match="spark-9"):
         plan_document(example, "spark-9")
+
+
+def test_rank_0_drains_for_the_profiles_time_and_down_waits_as_long(example: Any) -> None:
+    assert example.profile.gates.drain_s == 75
+    head = render.node_entry(example, example.head)["rank_launch"]
+    assert head["drain_s"] == 75 and head["stop_timeout_s"] == 90
+    gates = example.profile.gates.model_copy(update={"drain_s": 120})
+    slow = example.model_copy(update={"profile": example.profile.model_copy(update={"gates": gates})})
+    unit = rank.rank_unit(slow, slow.head)
+    assert "TimeoutStopSec=135" in unit and "stop --time 120 " in unit
+    # `down`'s default grace is that same value (roles/spark_rank/defaults/main.yml).
+    defaults = (Path(__file__).resolve().parents[2] / "roles/spark_rank/defaults/main.yml").read_text()
+    assert 'spark_rank_grace_s: "{{ spark_rank_launch.drain_s }}"' in defaults

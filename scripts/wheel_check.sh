@@ -21,6 +21,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+export PIP_DISABLE_PIP_VERSION_CHECK=1
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sparkctl-wheel-check.XXXXXX")
 ok=0
 finish() {

@@ -30,11 +30,13 @@ their framing helpers and ``run_node``, which drives them on a node, read best s
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import queue
 import shutil
+import signal
 import socket
 import struct
 import threading
@@ -48,6 +50,61 @@ from . import manifest as mf
 BLOCK = 8 << 20
 RESUME_ALIGN = 1 << 20
 SEND_CHUNK = 64 << 20
+
+
+LOCK_NAME = ".sparkctl-stage.lock"  # in the target directory; manifests skip *.lock
+
+
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot), to tell it from a reused PID."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def fence(root: str, wait_s: float = 30.0, log: Callable[[str], None] | None = None) -> int:
+    """Become the only writer of ``root`` on this node; returns the lock's descriptor (keep it open).
+
+    An earlier agent of an interrupted run may still be writing the same ``.partial`` files: its
+    PID and start time are in the lock file, so it is stopped (SIGTERM, then SIGKILL) before this
+    run touches anything. A holder that is not that process (another live run) is waited for up to
+    ``wait_s`` and then refused.
+    """
+    os.makedirs(root, exist_ok=True)
+    fd = os.open(os.path.join(root, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").split()
+        pid = int(holder[0]) if holder and holder[0].isdigit() else 0
+        if pid and pid != os.getpid() and len(holder) > 1 and _start_time(pid) == holder[1]:
+            if log:
+                log(f"stopping the stage agent of an earlier run (pid {pid}) that still holds {root}")
+            for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+                deadline = time.monotonic() + grace
+                while time.monotonic() < deadline and _start_time(pid) == holder[1]:
+                    time.sleep(0.05)
+                if _start_time(pid) != holder[1]:
+                    break
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise TransferError(
+                        f"another stage run holds {root} (pid {pid or '?'}); wait for it or stop it"
+                    ) from None
+                time.sleep(0.1)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} {_start_time(os.getpid()) or 0}\n".encode(), 0)
+    return fd
 
 
 class TransferError(RuntimeError):
@@ -644,8 +701,9 @@ def run_node(
     ticker.start()
     result = NodeResult(node, bytes_total=progress.bytes_total)
     server = None
-    os.makedirs(root, exist_ok=True)
+    lock_fd = -1
     try:
+        lock_fd = fence(root, log=log)  # one writer per node: an interrupted run's agent is stopped
         if listen is not None:
             server = Server(root, files, listen[0], listen[1], expect_downstream, stall_s).start()
         todo = plan_local(root, expected)
@@ -747,6 +805,8 @@ def run_node(
         ticker.stop.set()
         if server is not None:
             server.close()
+        if lock_fd >= 0:
+            os.close(lock_fd)  # releases the lock
     result.files = dict(todo)
     counts: dict[str, int] = {}
     for action in todo.values():

@@ -237,3 +237,41 @@ def test_kill_9_mid_file_then_rerun_resumes_bit_exact(tmp_path: Path) -> None:
     assert not part.exists()
     done = json.loads(prog.read_text())
     assert done["state"] == "done" and done["bytes_moved"] <= (24 << 20) - (cut // (1 << 20)) * (1 << 20)
+
+
+def test_a_second_run_fences_the_first_and_the_file_is_exact(tmp_path: Path) -> None:
+    """Two stage runs at once on one node: the newer one stops the older agent before it writes, so
+    the shared .partial never interleaves two streams."""
+    m = make_source(tmp_path / "n0" / "model", {"big.safetensors": 24 << 20})
+    (tmp_path / "m.json").write_text(json.dumps(m))
+    port = free_port()
+    server = tx.Server(str(tmp_path / "n0" / "model"), {e["path"]: e for e in m["files"]},
+                       "127.0.0.1", port, expect_done=3, stall_s=10).start()
+    server.mark_ready("big.safetensors")
+    argv = [sys.executable, "-c", AGENT, str(tmp_path / "m.json"), str(tmp_path / "n1" / "model"), str(port)]
+    first = subprocess.Popen([*argv, str(tmp_path / "a.json"), str(2 << 20)], cwd=REPO)  # slow
+    part = tmp_path / "n1" / "model" / "big.safetensors.partial"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (not part.exists() or part.stat().st_size < (3 << 20)):
+        time.sleep(0.05)
+    assert first.poll() is None, "the first run should still be writing"
+    second = subprocess.run([*argv, str(tmp_path / "b.json"), "0"], cwd=REPO, timeout=60,
+                            capture_output=True, text=True)
+    server.close()
+    assert second.returncode == 0, second.stderr
+    assert first.wait(10) != 0, "the first agent was stopped by the second run"
+    final = tmp_path / "n1" / "model" / "big.safetensors"
+    assert final.read_bytes() == (tmp_path / "n0" / "model" / "big.safetensors").read_bytes()
+    assert not part.exists()
+
+
+def test_a_live_holder_that_is_not_an_earlier_agent_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "model"
+    fd = tx.fence(str(root))
+    try:
+        # The same lock, taken again from another open file: the holder is this (live) process.
+        with pytest.raises(tx.TransferError, match="another stage run holds"):
+            tx.fence(str(root), wait_s=0.3)
+    finally:
+        os.close(fd)
+    os.close(tx.fence(str(root), wait_s=0.3))  # released: free again

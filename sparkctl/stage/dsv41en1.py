@@ -220,11 +220,34 @@ def locate(model_dir: str, layers: tuple[int, ...] | list[int] = LAYERS) -> list
     return out
 
 
-def source_identity(model_dir: str) -> dict[str, str]:
-    """What the packed files were cut from: digests of config.json and the safetensors index."""
+def source_identity(model_dir: str, sources: list[EngramSource] | None = None) -> dict[str, Any]:
+    """What the packed files were cut from: digests of config.json, the safetensors index and every
+    shard that holds an Engram table (re-staged shards with other bytes never keep stale packs).
+
+    A shard's digest comes from the checkpoint manifest when the manifest vouches for the file as it
+    is now (same size and modification time); otherwise the shard is hashed.
+    """
+    sources = sources if sources is not None else locate(model_dir)
+    try:
+        staged = manifests.read_checkpoint(model_dir) or {}
+    except (manifests.ManifestError, OSError, ValueError):
+        staged = {}
+    known = {e.get("path"): e for e in staged.get("files", []) if isinstance(e, dict)}
+    shards: dict[str, str] = {}
+    for path in sorted({p for s in sources for p in (s.weight_path, s.scale_path)}):
+        rel = os.path.relpath(path, model_dir)
+        rec = known.get(rel)
+        st = os.stat(path)
+        vouched = rec and rec.get("sha256") and (rec.get("size"), rec.get("mtime_ns")) == (
+            st.st_size, st.st_mtime_ns)
+        if vouched:
+            shards[rel] = str(rec["sha256"])  # type: ignore[index]
+        else:
+            shards[rel] = file_sha256(path)
     return {
         "config_sha256": file_sha256(os.path.join(model_dir, "config.json")),
         "index_sha256": file_sha256(os.path.join(model_dir, "model.safetensors.index.json")),
+        "engram_shards_sha256": shards,
     }
 
 
@@ -461,7 +484,7 @@ def check_rank(
         return res
     try:
         sources = sources if sources is not None else locate(model_dir, layers)
-        identity = identity if identity is not None else source_identity(model_dir)
+        identity = identity if identity is not None else source_identity(model_dir, sources)
     except (FormatError, OSError) as exc:
         res.problems.append(f"checkpoint: {exc}")
         return res
@@ -579,7 +602,7 @@ def pack_rank(
     """
     started = time.monotonic()
     sources = locate(model_dir, layers)
-    identity = source_identity(model_dir)
+    identity = source_identity(model_dir, sources)
     current = check_rank(model_dir, engram_dir, rank, tp, layers, "quick", sources, identity)
     if current.verified:
         current.actions.append("kept: manifest, sizes, headers and checkpoint identity match")

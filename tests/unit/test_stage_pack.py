@@ -154,6 +154,25 @@ def test_checkpoint_change_is_detected_by_identity(ckpt: dict, tmp_path: Path) -
     assert any("index_sha256 differs" in p for p in res.problems)
 
 
+def test_a_restaged_engram_shard_invalidates_the_packs(tmp_path: Path) -> None:
+    """Same config and index, other bytes in an Engram shard (a re-staged checkpoint): the packs
+    cut from the old bytes must not be kept."""
+    src = synth_checkpoint.write_checkpoint(tmp_path / "ckpt", engram_rows=(1001, 999), filler_shards=1,
+                                            filler_mib=0.05)
+    engram = tmp_path / "engram"
+    d.pack_rank(src["dir"], str(engram), 1, 4, margin_bytes=0)
+    assert d.check_rank(src["dir"], str(engram), 1, 4).verified
+    shard = next(s.weight_path for s in d.locate(src["dir"]))
+    data = bytearray(Path(shard).read_bytes())
+    data[-1] ^= 0xFF  # the last byte: past the header, inside the tensor data
+    Path(shard).write_bytes(bytes(data))
+    res = d.check_rank(src["dir"], str(engram), 1, 4)
+    assert not res.verified
+    assert any("engram_shards_sha256 differs" in p for p in res.problems), res.problems
+    again = d.pack_rank(src["dir"], str(engram), 1, 4, margin_bytes=0, force=True)
+    assert again.verified and d.check_rank(src["dir"], str(engram), 1, 4).verified
+
+
 def test_space_is_checked_before_writing(ckpt: dict, tmp_path: Path) -> None:
     with pytest.raises(d.FormatError, match="not enough space"):
         d.pack_rank(ckpt["dir"], str(tmp_path), 0, 4, margin_bytes=1 << 60)

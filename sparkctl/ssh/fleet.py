@@ -1,41 +1,55 @@
-"""SSH fan-out for fast reads (status, logs, bundle, the boot watch of `up`).
+"""SSH fan-out for fast reads (status, logs, bundle, the boot watch of `up`), on fabric.
 
-One connection per node, opened in parallel, host keys verified against the inventory's
-known_hosts (paramiko ``RejectPolicy``: an unknown or changed key is an error, never accepted).
-Each call runs one script per node and returns one ``HostResult`` per node, including the nodes
-that could not be reached and why. Nothing here changes a node; changes go through playbooks.
+One ``fabric.Connection`` per node, opened in parallel and kept for the life of the ``Fleet`` (the
+boot watch and ``status --watch`` sample every 2 s over the same connections). Each connection is
+configured the way ``ssh`` would be (ssh_config files, ``ProxyJump`` chains, ``ProxyCommand``;
+see ``targets``), and its host key is ALWAYS verified: paramiko's ``RejectPolicy`` on every hop,
+known_hosts from the inventory's pinned file (or ssh_config / ssh's defaults where the inventory
+names none). An unknown or changed key is an error, whatever ``StrictHostKeyChecking`` says.
+
+Each call runs one script per node through ``Connection.run`` (the script on stdin, never in argv)
+and returns one ``HostResult`` per node, including the nodes that could not be reached and why.
+Nothing here changes a node; changes go through playbooks.
+
+fabric (with paramiko and invoke) costs ~0.1 s to import, so it is imported by the functions that
+connect: ``validate``, ``plan`` and ``--help`` do not pay for it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import shlex
+import io
+import math
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # paramiko costs ~0.3 s to import: only the commands that connect pay for it
-    import paramiko
+from sparkctl.ssh.sections import Sections, parse_sections
+from sparkctl.ssh.targets import (
+    Target,
+    known_hosts_from_args,
+    read_ssh_config,
+    ssh_options_from_args,
+    targets_for,
+)
+
+if TYPE_CHECKING:
+    import fabric
+
+__all__ = [
+    "CONNECT_TIMEOUT_S", "Fleet", "HostResult", "Sections", "Target", "known_hosts_from_args",
+    "parse_sections", "run_all", "ssh_options_from_args", "targets_for",
+]
 
 CONNECT_TIMEOUT_S = 3.0
-
-
-@dataclass(frozen=True)
-class Target:
-    """How to reach one node over SSH."""
-
-    name: str
-    address: str
-    user: str = "root"
-    port: int = 22
-    key_files: tuple[Path, ...] = ()
-    known_hosts: Path | None = None
-    sudo: bool = False          # wrap scripts in `sudo -n` (the SSH user is not root)
-    rank: int | None = None
+# ssh's own defaults, for a node or jump host whose inventory and ssh_config name no known_hosts
+DEFAULT_KNOWN_HOSTS = (
+    Path("~/.ssh/known_hosts"), Path("~/.ssh/known_hosts2"), Path("/etc/ssh/ssh_known_hosts"),
+)
 
 
 @dataclass
@@ -58,174 +72,72 @@ class HostResult:
         return self.error is None and self.rc == 0
 
 
-# --- building targets from the inventory -------------------------------------------------------
+class _Unreachable(Exception):
+    """A connection (to the node or to a jump host on the way) could not be opened; says why."""
 
 
-def known_hosts_from_args(common_args: str | None, base: Path) -> Path | None:
-    """The UserKnownHostsFile named in ``ansible_ssh_common_args`` (relative paths from ``base``)."""
-    if not common_args:
-        return None
-    words = shlex.split(common_args)
-    for i, word in enumerate(words):
-        value = None
-        if word == "-o" and i + 1 < len(words):
-            value = words[i + 1]
-        elif word.startswith("-o") and len(word) > 2:
-            value = word[2:]
-        if value and value.lower().startswith("userknownhostsfile"):
-            path = Path(value.split("=", 1)[1].strip() if "=" in value else value.split(None, 1)[1])
-            return path if path.is_absolute() else (base / path)
-    return None
+class _Script(io.StringIO):
+    """A script for the remote shell's stdin. invoke reads a stream without a file descriptor one
+    character per 10 ms poll; this hands it the whole (remaining) text at once instead."""
 
-
-def targets_for(cluster: Any) -> list[Target]:
-    """One Target per node of a ``Cluster`` (rank order).
-
-    Connection details come from the cluster model (user, known_hosts, per-node key) and, where
-    the inventory ships one (the lab does), from ``<inventory>/ssh_config``.
-    """
-    inv = Path(cluster.inventory_dir)
-    cfg = _ssh_config(inv / "ssh_config")
-    out: list[Target] = []
-    for node in cluster.nodes:
-        hc: dict[str, Any] = dict(cfg.lookup(node.name)) if cfg else {}
-        hv: dict[str, Any] = dict(getattr(node, "hostvars", None) or {})
-        user = str(hv.get("ansible_user") or getattr(cluster, "ssh_user", None) or hc.get("user") or "root")
-        keys: list[Path] = []
-        if hv.get("ansible_ssh_private_key_file"):
-            keys.append(Path(str(hv["ansible_ssh_private_key_file"])))
-        keys += [Path(k) for k in hc.get("identityfile", []) if k]
-        known = getattr(cluster, "known_hosts", None)
-        if known is None and hc.get("userknownhostsfile"):
-            known = Path(str(hc["userknownhostsfile"]).split()[0])
-        out.append(
-            Target(
-                name=node.name,
-                address=str(node.mgmt_ip),
-                user=user,
-                port=int(hv.get("ansible_port") or hc.get("port", 22)),
-                key_files=tuple(_abs(k, inv) for k in keys),
-                known_hosts=_abs(Path(known), inv) if known else None,
-                sudo=user != "root",
-                rank=node.rank,
-            )
-        )
-    return out
-
-
-def _abs(path: Path, base: Path) -> Path:
-    path = path.expanduser()
-    if path.is_absolute() or path.exists():
-        return path
-    candidate = base / path
-    return candidate if candidate.exists() else path
-
-
-def _ssh_config(path: Path) -> paramiko.SSHConfig | None:
-    if not path.is_file():
-        return None
-    import paramiko
-
-    return paramiko.SSHConfig.from_path(str(path))
+    def read(self, size: int | None = -1) -> str:
+        return super().read(-1)
 
 
 # --- connections ------------------------------------------------------------------------------
 
 
-def _reason(exc: BaseException, target: Target) -> str:
+def _where(conn: fabric.Connection) -> str:
+    return f"{conn.host}:{conn.port}"
+
+
+def _reason(exc: BaseException, conn: fabric.Connection, known: str, hop: bool = False) -> str:
     import paramiko
 
-    where = f"{target.address}:{target.port}"
+    where = ("jump host " if hop else "") + _where(conn)
     if isinstance(exc, paramiko.BadHostKeyException):
-        return f"host key of {where} does not match {target.known_hosts or 'known_hosts'} (possible impostor)"
-    if isinstance(exc, paramiko.AuthenticationException):
-        return f"SSH authentication failed for {target.user}@{where}"
-    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
-        return f"connection refused by {where}"
-    if isinstance(exc, ConnectionRefusedError):
-        return f"connection refused by {where}"
-    if isinstance(exc, TimeoutError):
-        return f"timed out connecting to {where}"
-    if isinstance(exc, OSError) and exc.errno is not None:
-        return f"cannot reach {where}: {exc.strerror or exc}"
+        return f"host key of {where} does not match {known} (possible impostor)"
     text = str(exc)
     if "not found in known_hosts" in text:
-        return f"host key of {where} is not in {target.known_hosts or 'known_hosts'} (refused)"
+        return f"host key of {where} is not in {known} (refused)"
+    transport = conn.client.get_transport()
+    # Past the host key but not logged in: paramiko re-raises the last key-file error it met
+    # (e.g. "encountered RSA key, expected OPENSSH key") rather than the refused login.
+    logging_in = transport is not None and transport.is_active() and not transport.is_authenticated()
+    if logging_in or isinstance(exc, paramiko.AuthenticationException):
+        return f"SSH authentication failed for {conn.user}@{where}"
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError | ConnectionRefusedError):
+        return f"connection refused by {where}"
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return f"timed out connecting to {where}"
+    if isinstance(exc, paramiko.ChannelException):
+        return f"the jump host could not open a connection to {where}: {exc.text or exc}"
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return f"cannot reach {where}: {exc.strerror or exc}"
     return f"{type(exc).__name__}: {text or 'SSH error'} ({where})"
 
 
-def connect(target: Target, timeout: float = CONNECT_TIMEOUT_S) -> paramiko.SSHClient:
-    """Open a verified SSH connection (raises on unknown/changed host keys)."""
+def _known_hosts_files(conn: fabric.Connection, pinned: Path | None) -> list[Path]:
+    if pinned is not None:
+        return [pinned]
+    named = str(conn.ssh_config.get("userknownhostsfile") or "").split()
+    return [Path(p).expanduser() for p in named] or [p.expanduser() for p in DEFAULT_KNOWN_HOSTS]
+
+
+def _hop_known_hosts(hop: fabric.Connection, target: Target) -> list[Path]:
+    """A jump host's keys: its own known_hosts (as ssh would use for it), and the inventory's file."""
+    return [*_known_hosts_files(hop, None), *([target.known_hosts] if target.known_hosts else [])]
+
+
+def _pin(conn: fabric.Connection, files: Iterable[Path]) -> None:
+    """Verify the server's key against ``files`` only; refuse every other key."""
     import paramiko
 
-    client = paramiko.SSHClient()
-    if target.known_hosts is not None:
-        if not target.known_hosts.is_file():
-            raise paramiko.SSHException(f"known_hosts file {target.known_hosts} does not exist")
-        client.load_host_keys(str(target.known_hosts))
-    else:
-        client.load_system_host_keys()
+    client = conn.client
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    keys = [str(k) for k in target.key_files if k.exists()]
-    client.connect(
-        hostname=target.address,
-        port=target.port,
-        username=target.user,
-        key_filename=keys or None,  # type: ignore[arg-type]  # paramiko accepts a list
-        look_for_keys=not keys,
-        allow_agent=not keys,
-        timeout=timeout,
-        banner_timeout=timeout,
-        auth_timeout=timeout,
-        channel_timeout=timeout,
-    )
-    transport = client.get_transport()
-    if transport is not None:
-        transport.set_keepalive(5)
-    return client
-
-
-def _run_on(client: paramiko.SSHClient, target: Target, script: str, timeout: float) -> HostResult:
-    """Run ``script`` with /bin/sh on an open connection; stdin carries the script (never argv)."""
-    import paramiko
-
-    start = time.monotonic()
-    transport = client.get_transport()
-    if transport is None or not transport.is_active():
-        raise paramiko.SSHException("connection closed")
-    chan = transport.open_session(timeout=timeout)
-    shell = "sudo -n /bin/sh -s" if target.sudo else "/bin/sh -s"
-    chan.exec_command(shell)
-    chan.sendall(script.encode())
-    chan.shutdown_write()
-    out, err = bytearray(), bytearray()
-    deadline = start + timeout
-    chan.settimeout(0.2)
-    while True:
-        got = False
-        while chan.recv_ready():
-            out += chan.recv(65536)
-            got = True
-        while chan.recv_stderr_ready():
-            err += chan.recv_stderr(65536)
-            got = True
-        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-            break  # the exit status follows the last data on the channel
-        if time.monotonic() > deadline:
-            chan.close()
-            return HostResult(
-                target.name, None, out.decode(errors="replace"), err.decode(errors="replace"),
-                f"command timed out after {timeout:.0f} s", time.monotonic() - start,
-            )
-        if not got:
-            with contextlib.suppress(TimeoutError):
-                data = chan.recv(65536)
-                if data:
-                    out += data
-    rc = chan.recv_exit_status()
-    chan.close()
-    return HostResult(target.name, rc, out.decode(errors="replace"), err.decode(errors="replace"), None,
-                      time.monotonic() - start)
+    for path in files:
+        if path.is_file():
+            client.load_system_host_keys(str(path))
 
 
 class Fleet:
@@ -233,12 +145,17 @@ class Fleet:
 
     Used once by ``status`` and repeatedly by the boot watch of ``up`` (a broken connection is
     reopened on the next call). Use as a context manager.
+
+    fabric's ``ThreadingGroup`` runs one command with one set of arguments everywhere; the probe
+    sends each node its own script on stdin, so the fan-out is a thread pool over ``Connection``s
+    (what ``ThreadingGroup`` does inside), kept alive between calls.
     """
 
     def __init__(self, targets: Iterable[Target], connect_timeout: float = CONNECT_TIMEOUT_S):
         self.targets = {t.name: t for t in targets}
         self.connect_timeout = connect_timeout
-        self._clients: dict[str, paramiko.SSHClient] = {}
+        self._conns: dict[str, fabric.Connection] = {}
+        self._configs: dict[tuple[Path, ...], Any] = {}
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.targets)), thread_name_prefix="ssh")
 
@@ -248,32 +165,128 @@ class Fleet:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _client(self, target: Target) -> paramiko.SSHClient:
+    # -- building connections
+
+    def _config(self, files: tuple[Path, ...]) -> Any:
+        import fabric
+
         with self._lock:
-            client = self._clients.get(target.name)
-        if client is not None:
-            transport = client.get_transport()
-            if transport is not None and transport.is_active():
-                return client
-            client.close()
-        client = connect(target, self.connect_timeout)
+            config = self._configs.get(files)
+            if config is None:
+                config = fabric.Config(
+                    ssh_config=read_ssh_config(files),
+                    lazy=True,  # no ~/.fabric.yaml or /etc/fabric.yaml: only ssh's own files count
+                    overrides={"connect_kwargs": self._timeouts(), "forward_agent": False,
+                               "timeouts": {"connect": math.ceil(self.connect_timeout)}},
+                )
+                self._configs[files] = config
+        return config
+
+    def _timeouts(self) -> dict[str, float]:
+        t = self.connect_timeout
+        return {"banner_timeout": t, "auth_timeout": t, "channel_timeout": t}
+
+    def connection(self, target: Target) -> fabric.Connection:
+        """A (not yet opened) Connection for ``target``, host keys pinned on every hop."""
+        import fabric
+
+        config = self._config(target.ssh_config)
+        lookup = config.base_ssh_config.lookup(target.address)
+        jump = target.proxy_jump or lookup.get("proxyjump")
+        gateway: Any = False
+        if jump and jump.lower() != "none":
+            gateway = None
+            for hop in jump.split(","):  # first hop dialled directly (or as its own config says)
+                gateway = fabric.Connection(hop.strip(), config=config, gateway=gateway,
+                                            connect_timeout=math.ceil(self.connect_timeout))
+        elif lookup.get("proxycommand") and lookup["proxycommand"].lower() != "none":
+            gateway = lookup["proxycommand"]
+        keys = [str(k) for k in target.key_files if k.expanduser().exists()]
+        conn = fabric.Connection(
+            target.address,
+            user=target.user,
+            port=target.port,
+            config=config,
+            gateway=gateway,
+            forward_agent=False,
+            connect_timeout=math.ceil(self.connect_timeout),
+            connect_kwargs={**self._timeouts(), "key_filename": keys,
+                            "look_for_keys": not keys, "allow_agent": not keys},
+        )
+        # ssh_config's IdentityFile entries join the list; ssh skips the ones that do not exist.
+        merged = [k for k in conn.connect_kwargs.get("key_filename", []) if Path(k).expanduser().exists()]
+        conn.connect_kwargs["key_filename"] = list(dict.fromkeys(merged))
+        if not conn.connect_kwargs["key_filename"]:
+            del conn.connect_kwargs["key_filename"]
+        _pin(conn, _known_hosts_files(conn, target.known_hosts))
+        for hop in _hops(conn):  # including the hops a jump host's own ProxyJump adds
+            _pin(hop, _hop_known_hosts(hop, target))
+        return conn
+
+    def _open(self, target: Target) -> fabric.Connection:
         with self._lock:
-            self._clients[target.name] = client
-        return client
+            conn = self._conns.get(target.name)
+        if conn is not None and conn.is_connected:
+            return conn
+        if conn is not None:
+            conn.close()
+        if target.known_hosts is not None and not target.known_hosts.is_file():
+            raise _Unreachable(f"known_hosts file {target.known_hosts} does not exist")
+        conn = self.connection(target)
+        known = str(target.known_hosts or "known_hosts")
+        for hop in reversed(_hops(conn)):  # open the chain from the first hop, so a failure names the hop
+            try:
+                hop.open()
+            except Exception as exc:
+                known_hop = ", ".join(str(p) for p in _hop_known_hosts(hop, target))
+                reason = _reason(exc, hop, known_hop, hop=True)
+                _close(conn)
+                raise _Unreachable(reason) from exc
+        try:
+            conn.open()
+        except Exception as exc:
+            reason = _reason(exc, conn, known)
+            _close(conn)
+            raise _Unreachable(reason) from exc
+        transport = conn.transport
+        if transport is not None:
+            transport.set_keepalive(5)
+        with self._lock:
+            self._conns[target.name] = conn
+        return conn
+
+    def _drop(self, name: str) -> None:
+        with self._lock:
+            conn = self._conns.pop(name, None)
+        if conn is not None:
+            _close(conn)
+
+    # -- running
 
     def _one(self, target: Target, script: str, timeout: float) -> HostResult:
+        import invoke
+
         start = time.monotonic()
         try:
-            client = self._client(target)
-        except Exception as exc:
-            return HostResult(target.name, error=_reason(exc, target), seconds=time.monotonic() - start)
+            conn = self._open(target)
+        except _Unreachable as exc:
+            return HostResult(target.name, error=str(exc), seconds=time.monotonic() - start)
+        shell = "sudo -n /bin/sh -s" if target.sudo else "/bin/sh -s"
         try:
-            return _run_on(client, target, script, timeout)
+            res = conn.run(shell, in_stream=_Script(script), hide=True, warn=True, pty=False,
+                           timeout=timeout, encoding="utf-8")
+        except invoke.CommandTimedOut as exc:
+            return HostResult(target.name, None, exc.result.stdout, exc.result.stderr,
+                              f"command timed out after {timeout:.0f} s", time.monotonic() - start)
         except Exception as exc:
-            with self._lock:
-                self._clients.pop(target.name, None)
-            client.close()
-            return HostResult(target.name, error=_reason(exc, target), seconds=time.monotonic() - start)
+            reason = _reason(exc, conn, str(target.known_hosts))
+            self._drop(target.name)
+            return HostResult(target.name, error=reason, seconds=time.monotonic() - start)
+        if res.exited == -1 and not conn.is_connected:
+            self._drop(target.name)
+            return HostResult(target.name, None, res.stdout, res.stderr,
+                              f"connection to {_where(conn)} lost", time.monotonic() - start)
+        return HostResult(target.name, res.exited, res.stdout, res.stderr, None, time.monotonic() - start)
 
     def run(
         self,
@@ -300,12 +313,18 @@ class Fleet:
 
     def stream(self, name: str, command: str, on_line: Callable[[str, str], None],
                stop: threading.Event | None = None) -> int | None:
-        """Run a long command (e.g. ``journalctl -f``) on one node, calling ``on_line(node, line)``."""
+        """Run a long command (e.g. ``journalctl -f``) on one node, calling ``on_line(node, line)``.
+
+        Read from the channel as it comes rather than through ``Connection.run``, which keeps
+        all the output in memory for its result.
+        """
         target = self.targets[name]
-        client = self._client(target)
-        transport = client.get_transport()
-        assert transport is not None
-        chan = transport.open_session()
+        try:
+            conn = self._open(target)
+        except _Unreachable as exc:
+            on_line(name, f"unreachable: {exc}")
+            return None
+        chan = conn.create_session()
         chan.set_combine_stderr(True)
         chan.exec_command(f"sudo -n {command}" if target.sudo else command)
         chan.shutdown_write()
@@ -331,11 +350,26 @@ class Fleet:
 
     def close(self) -> None:
         with self._lock:
-            clients = list(self._clients.values())
-            self._clients.clear()
-        for client in clients:
-            client.close()
+            conns = list(self._conns.values())
+            self._conns.clear()
+        for conn in conns:
+            _close(conn)
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _hops(conn: fabric.Connection) -> list[fabric.Connection]:
+    """The jump hosts in front of ``conn``, nearest first."""
+    out = []
+    gw = conn.gateway
+    while gw is not None and not isinstance(gw, str | bool):
+        out.append(gw)
+        gw = gw.gateway
+    return out
+
+
+def _close(conn: fabric.Connection) -> None:
+    for c in [conn, *_hops(conn)]:
+        c.close()
 
 
 def run_all(targets: Iterable[Target], script: str | Mapping[str, str] | Callable[[Target], str],
@@ -343,35 +377,3 @@ def run_all(targets: Iterable[Target], script: str | Mapping[str, str] | Callabl
     """One-shot fan-out: connect to every node in parallel, run one script each, close."""
     with Fleet(targets) as fleet:
         return fleet.run(script, timeout)
-
-
-# --- parsing helpers for probe output ----------------------------------------------------------
-
-
-@dataclass
-class Sections:
-    """Probe output split into ``key=value`` facts and ``--- name`` text sections."""
-
-    facts: dict[str, str] = field(default_factory=dict)
-    blocks: dict[str, str] = field(default_factory=dict)
-
-
-def parse_sections(text: str) -> Sections:
-    """Parse probe output: ``key=value`` lines, and blocks opened by ``--- name`` lines."""
-    out = Sections()
-    block: str | None = None
-    lines: list[str] = []
-    for raw in text.splitlines():
-        if raw.startswith("--- "):
-            if block is not None:
-                out.blocks[block] = "\n".join(lines)
-            block, lines = raw[4:].strip(), []
-            continue
-        if block is not None:
-            lines.append(raw)
-        elif "=" in raw:
-            key, value = raw.split("=", 1)
-            out.facts[key.strip()] = value.strip()
-    if block is not None:
-        out.blocks[block] = "\n".join(lines)
-    return out

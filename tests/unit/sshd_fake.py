@@ -2,7 +2,8 @@
 
 It accepts one client key, runs each exec request with /bin/sh locally (stdin from the channel)
 and counts the connections it accepted, so tests can check host-key verification, unreachable
-nodes, timeouts and connection reuse for real.
+nodes, timeouts and connection reuse for real. It also forwards ``direct-tcpip`` channels (what
+``ssh -J`` asks of a jump host) and records where they went, so it can stand in for a bastion.
 """
 
 from __future__ import annotations
@@ -16,13 +17,20 @@ import paramiko
 
 
 class _Iface(paramiko.ServerInterface):
-    def __init__(self, allowed: paramiko.PKey):
+    def __init__(self, allowed: paramiko.PKey, forwards: dict[int, tuple[str, int]]):
         self.allowed = allowed
+        self.forwards = forwards  # channel id -> destination, for the accept loop
 
     def check_channel_request(self, kind: str, chanid: int) -> int:
         if kind == "session":
             return paramiko.OPEN_SUCCEEDED
         return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+    def check_channel_direct_tcpip_request(
+        self, chanid: int, origin: tuple[str, int], destination: tuple[str, int]
+    ) -> int:
+        self.forwards[chanid] = (destination[0], int(destination[1]))
+        return paramiko.OPEN_SUCCEEDED
 
     def get_allowed_auths(self, username: str) -> str:
         return "publickey"
@@ -56,6 +64,40 @@ def _serve_exec(channel: paramiko.Channel, command: str) -> None:
     channel.close()
 
 
+def _pipe(src: paramiko.Channel | socket.socket, dst: paramiko.Channel | socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        dst.close()
+        src.close()
+
+
+def _forward(
+    transport: paramiko.Transport, forwards: dict[int, tuple[str, int]], log: list[tuple[str, int]]
+) -> None:
+    """Connect each accepted direct-tcpip channel to its destination (session channels are served
+    by their exec request and need nothing here)."""
+    while transport.is_active():
+        chan = transport.accept(0.5)
+        if chan is None:
+            continue
+        dest = forwards.pop(chan.get_id(), None)
+        if dest is None:
+            continue
+        log.append(dest)
+        try:
+            sock = socket.create_connection(dest, timeout=5)
+        except OSError:
+            chan.close()
+            continue
+        sock.settimeout(None)
+        threading.Thread(target=_pipe, args=(chan, sock), daemon=True).start()
+        threading.Thread(target=_pipe, args=(sock, chan), daemon=True).start()
+
+
 class FakeSshd:
     """Listen on 127.0.0.1:<free port>; write the client key and a known_hosts file into ``tmp``."""
 
@@ -72,6 +114,7 @@ class FakeSshd:
         self.known_hosts = tmp / "known_hosts"
         self.known_hosts.write_text(f"[127.0.0.1]:{self.port} ssh-rsa {self.host_key.get_base64()}\n")
         self.accepted = 0
+        self.forwarded: list[tuple[str, int]] = []  # destinations of direct-tcpip channels
         self._transports: list[paramiko.Transport] = []
         self._stop = threading.Event()
         threading.Thread(target=self._loop, daemon=True).start()
@@ -87,10 +130,12 @@ class FakeSshd:
             transport = paramiko.Transport(conn)
             transport.add_server_key(self.host_key)
             self._transports.append(transport)
+            forwards: dict[int, tuple[str, int]] = {}
             try:
-                transport.start_server(server=_Iface(self.client_key))
+                transport.start_server(server=_Iface(self.client_key, forwards))
             except (paramiko.SSHException, EOFError):
                 continue
+            threading.Thread(target=_forward, args=(transport, forwards, self.forwarded), daemon=True).start()
 
     def close(self) -> None:
         self._stop.set()

@@ -1,8 +1,10 @@
-"""remote.py against a real (in-process) SSH server: verification, unreachable nodes, timeouts, reuse."""
+"""sparkctl.ssh against real (in-process) SSH servers: ssh_config, ProxyJump, host-key verification,
+unreachable nodes, timeouts, concurrency and connection reuse."""
 
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -10,8 +12,15 @@ import paramiko
 import pytest
 from sshd_fake import FakeSshd
 
-from sparkctl.ssh import fleet as remote
-from sparkctl.ssh.fleet import Fleet, Target, known_hosts_from_args, parse_sections, run_all, targets_for
+from sparkctl.ssh.fleet import (
+    Fleet,
+    Target,
+    known_hosts_from_args,
+    parse_sections,
+    run_all,
+    ssh_options_from_args,
+    targets_for,
+)
 
 
 @pytest.fixture(scope="module")
@@ -21,9 +30,16 @@ def sshd(tmp_path_factory: pytest.TempPathFactory):
     server.close()
 
 
+@pytest.fixture(scope="module")
+def bastion(tmp_path_factory: pytest.TempPathFactory):
+    server = FakeSshd(tmp_path_factory.mktemp("bastion"))
+    yield server
+    server.close()
+
+
 def _target(sshd: FakeSshd, name: str, **kw) -> Target:
     base = dict(name=name, address="127.0.0.1", user="tester", port=sshd.port,
-                key_files=(sshd.key_file,), known_hosts=sshd.known_hosts)
+                key_files=(sshd.key_file,), known_hosts=sshd.known_hosts, ssh_config=())
     base.update(kw)
     return Target(**base)
 
@@ -49,6 +65,17 @@ def test_fanout_reports_every_host_including_unreachable(sshd: FakeSshd) -> None
     assert "connection refused" in (results["c"].error or "")
 
 
+def test_four_hosts_run_at_once(sshd: FakeSshd) -> None:
+    targets = [_target(sshd, f"n{i}") for i in range(4)]
+    with Fleet(targets) as fleet:
+        fleet.run("true\n", timeout=5)  # connect first: time the commands alone
+        t0 = time.monotonic()
+        results = fleet.run("sleep 0.6; echo done\n", timeout=5)
+        elapsed = time.monotonic() - t0
+    assert all(r.ok and r.stdout == "done\n" for r in results.values())
+    assert elapsed < 1.8, f"4 x 0.6 s took {elapsed:.2f} s: not in parallel"
+
+
 def test_per_host_scripts(sshd: FakeSshd) -> None:
     targets = [_target(sshd, "a"), _target(sshd, "b")]
     results = run_all(targets, lambda t: f"echo {t.name}-{t.rank}\n", timeout=5)
@@ -57,12 +84,78 @@ def test_per_host_scripts(sshd: FakeSshd) -> None:
     assert (results["a"].stdout, results["b"].stdout) == ("one\n", "two\n")
 
 
+def test_script_goes_on_stdin_whole(sshd: FakeSshd) -> None:
+    body = "x" * 50000
+    results = run_all([_target(sshd, "a")], f"cat <<'EOF' | wc -c\n{body}\nEOF\n", timeout=5)
+    assert results["a"].ok and results["a"].stdout.strip() == str(len(body) + 1)
+
+
+def test_ssh_config_alias_gives_hostname_port_user(sshd: FakeSshd, tmp_path: Path) -> None:
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"Host node-alias\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User tester\n"
+                   f"  IdentityFile {sshd.key_file}\n")
+    target = Target("a", "node-alias", known_hosts=sshd.known_hosts, ssh_config=(cfg,))
+    with Fleet([target]) as fleet:
+        conn = fleet.connection(target)
+        assert (conn.host, conn.port, conn.user) == ("127.0.0.1", sshd.port, "tester")
+        res = fleet.run("echo via-alias\n", timeout=5)["a"]
+    assert res.ok and res.stdout == "via-alias\n"
+
+
+def test_proxy_jump_goes_through_the_jump_host(sshd: FakeSshd, bastion: FakeSshd, tmp_path: Path) -> None:
+    # The bastion's key is pinned in the bastion's own known_hosts (as ssh_config says), the
+    # node's in the inventory's pinned file.
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(
+        f"Host jumpbox\n  HostName 127.0.0.1\n  Port {bastion.port}\n  User hopper\n"
+        f"  IdentityFile {bastion.key_file}\n  UserKnownHostsFile {bastion.known_hosts}\n"
+        "Host spark-*\n  ProxyJump jumpbox\n"
+    )
+    nodes = [SimpleNamespace(name="spark-0", rank=0, mgmt_ip="127.0.0.1",
+                             hostvars={"ansible_port": sshd.port,
+                                       "ansible_ssh_private_key_file": str(sshd.key_file)})]
+    cluster = SimpleNamespace(inventory_dir=tmp_path, nodes=nodes, ssh_user="root",
+                              known_hosts=sshd.known_hosts)
+    (target,) = targets_for(cluster)
+    assert target.proxy_jump == "jumpbox" and target.ssh_config[0] == cfg
+    before, hops = sshd.accepted, len(bastion.forwarded)
+    with Fleet([target]) as fleet:
+        gateway = fleet.connection(target).gateway
+        assert (gateway.host, gateway.port, gateway.user) == ("127.0.0.1", bastion.port, "hopper")
+        for _ in range(2):
+            res = fleet.run("echo behind-the-bastion\n", timeout=5)["spark-0"]
+            assert res.ok and res.stdout == "behind-the-bastion\n", res
+    assert bastion.forwarded[hops:] == [("127.0.0.1", sshd.port)]  # one tunnel, reused
+    assert sshd.accepted - before == 1
+
+
+def test_unknown_jump_host_key_is_refused(sshd: FakeSshd, bastion: FakeSshd, tmp_path: Path) -> None:
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(f"Host jumpbox\n  HostName 127.0.0.1\n  Port {bastion.port}\n  User hopper\n"
+                   f"  IdentityFile {bastion.key_file}\n  UserKnownHostsFile {empty}\n"
+                   "  StrictHostKeyChecking no\n")
+    target = _target(sshd, "a", proxy_jump="jumpbox", ssh_config=(cfg,))
+    res = run_all([target], "echo should-not-run\n", timeout=5)["a"]
+    assert not res.reachable and "jump host" in (res.error or "") and "refused" in (res.error or "")
+
+
 def test_unknown_host_key_is_refused(sshd: FakeSshd, tmp_path: Path) -> None:
     empty = tmp_path / "known_hosts"
     empty.write_text("")
     results = run_all([_target(sshd, "a", known_hosts=empty)], "echo should-not-run\n", timeout=5)
     assert not results["a"].reachable
     assert "not in" in (results["a"].error or "") and "refused" in (results["a"].error or "")
+
+
+def test_ssh_config_cannot_switch_host_key_checking_off(sshd: FakeSshd, tmp_path: Path) -> None:
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n")
+    target = Target("a", "127.0.0.1", user="tester", port=sshd.port, key_files=(sshd.key_file,),
+                    ssh_config=(cfg,))
+    res = run_all([target], "echo should-not-run\n", timeout=5)["a"]
+    assert not res.reachable and "refused" in (res.error or "")
 
 
 def test_changed_host_key_is_refused(sshd: FakeSshd, tmp_path: Path) -> None:
@@ -78,8 +171,13 @@ def test_missing_known_hosts_file_is_an_error(sshd: FakeSshd, tmp_path: Path) ->
     assert "does not exist" in (results["a"].error or "")
 
 
+def test_wrong_client_key_is_an_authentication_failure(sshd: FakeSshd, bastion: FakeSshd) -> None:
+    res = run_all([_target(sshd, "a", key_files=(bastion.key_file,))], "true\n", timeout=5)["a"]
+    assert "authentication failed for tester@127.0.0.1" in (res.error or "")
+
+
 def test_command_timeout_is_reported(sshd: FakeSshd) -> None:
-    results = run_all([_target(sshd, "a")], "sleep 3\n", timeout=0.5)
+    results = run_all([_target(sshd, "a")], "echo started; sleep 3\n", timeout=0.5)
     assert results["a"].error is not None and "timed out" in results["a"].error
 
 
@@ -95,6 +193,13 @@ def test_fleet_reuses_one_connection_per_node(sshd: FakeSshd) -> None:
     assert sshd.accepted - before == 2
 
 
+def test_broken_connection_is_reopened(sshd: FakeSshd) -> None:
+    with Fleet([_target(sshd, "a")]) as fleet:
+        assert fleet.run("true\n", timeout=5)["a"].ok
+        fleet._conns["a"].close()
+        assert fleet.run("echo again\n", timeout=5)["a"].stdout == "again\n"
+
+
 def test_large_output_is_read_completely(sshd: FakeSshd) -> None:
     results = run_all([_target(sshd, "a")], "head -c 300000 /dev/zero | tr '\\0' x\n", timeout=10)
     assert len(results["a"].stdout) == 300000
@@ -106,8 +211,13 @@ def test_parse_sections() -> None:
     assert s.blocks == {"journal": "line 1\nline=2", "empty": ""}
 
 
-def test_known_hosts_from_args(tmp_path: Path) -> None:
-    args = "-o UserKnownHostsFile=inventory/lab/known_hosts -o StrictHostKeyChecking=yes"
+def test_ssh_options_from_args(tmp_path: Path) -> None:
+    args = ("-o UserKnownHostsFile=inventory/lab/known_hosts -oStrictHostKeyChecking=yes "
+            "-o 'ProxyJump ops@bastion:2222' -J other -p 2200 -F site/ssh_config")
+    opts = ssh_options_from_args(args)
+    assert opts["userknownhostsfile"] == ["inventory/lab/known_hosts"]
+    assert opts["proxyjump"] == ["ops@bastion:2222", "other"]
+    assert opts["port"] == ["2200"] and opts["-F"] == ["site/ssh_config"]
     assert known_hosts_from_args(args, tmp_path) == tmp_path / "inventory/lab/known_hosts"
     assert known_hosts_from_args("-oUserKnownHostsFile=/etc/kh", tmp_path) == Path("/etc/kh")
     assert known_hosts_from_args("-o StrictHostKeyChecking=yes", tmp_path) is None
@@ -118,21 +228,21 @@ def test_targets_from_cluster_and_ssh_config(tmp_path: Path) -> None:
     (tmp_path / "id_lab").write_text("x")
     (tmp_path / "kh").write_text("")
     (tmp_path / "ssh_config").write_text(
-        f"Host node1\n  HostName 10.250.0.11\nHost *\n  User root\n  IdentityFile {tmp_path}/id_lab\n"
+        "Host node1\n  HostName 10.250.0.11\n  Port 2201\n"
+        f"Host *\n  User root\n  IdentityFile {tmp_path}/id_lab\n"
     )
     nodes = [SimpleNamespace(name="node1", rank=0, mgmt_ip="10.250.0.10"),
-             SimpleNamespace(name="node2", rank=1, mgmt_ip="10.250.0.11")]
+             SimpleNamespace(name="node2", rank=1, mgmt_ip="10.250.0.11",
+                             hostvars={"ansible_ssh_common_args": "-J ops@bastion -p 2222"})]
     cluster = SimpleNamespace(inventory_dir=tmp_path, nodes=nodes, ssh_user=None, known_hosts=tmp_path / "kh")
     targets = targets_for(cluster)
     assert [t.name for t in targets] == ["node1", "node2"]
+    # ansible_host stays the address (the HostName under the node's name does not move it)
     assert targets[0].address == "10.250.0.10" and targets[0].user == "root" and not targets[0].sudo
+    assert targets[0].port == 2201 and targets[0].proxy_jump is None
     assert targets[0].key_files == (tmp_path / "id_lab",)
+    assert targets[0].ssh_config[0] == tmp_path / "ssh_config"
     assert targets[1].known_hosts == tmp_path / "kh" and targets[1].rank == 1
+    assert targets[1].proxy_jump == "ops@bastion" and targets[1].port == 2222
     cluster.ssh_user = "operator"
     assert all(t.sudo for t in targets_for(cluster))
-
-
-def test_reason_texts() -> None:
-    t = Target("a", "10.0.0.1")
-    assert "timed out" in remote._reason(TimeoutError(), t)
-    assert "authentication failed" in remote._reason(paramiko.AuthenticationException(), t)

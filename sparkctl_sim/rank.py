@@ -20,7 +20,7 @@ import time
 from types import FrameType
 from typing import Any
 
-from sparkctl_sim import SGLANG_VERSION
+from sparkctl_sim import SGLANG_VERSION, metrics
 from sparkctl_sim.config import PROG, ArgError, ServerConfig, parse_argv
 from sparkctl_sim.knobs import KNOBS, Knobs, load_knobs
 from sparkctl_sim.log import Log
@@ -258,65 +258,7 @@ class RankProcess:
         return info
 
     def metrics_text(self) -> str:
-        s = self.sched
-        label = f'model_name="{self.cfg.served_model_name}"'
-        lost = len(self.group.lost) if isinstance(self.group, Head) else 0
-        rows = [
-            ("sglang:num_running_reqs", "gauge", "Requests decoding now", s.running),
-            ("sglang:num_queue_reqs", "gauge", "Requests waiting for a slot", s.waiting),
-            ("sglang:num_requests_total", "counter", "Chat requests received", s.requests_total),
-            ("sglang:num_requests_finished_total", "counter", "Chat requests finished", s.finished),
-            (
-                "sglang:num_request_errors_total",
-                "counter",
-                "Chat requests refused as invalid",
-                s.errors_total,
-            ),
-            ("sglang:prompt_tokens_total", "counter", "Prompt tokens processed", s.prompt_tokens_total),
-            (
-                "sglang:generation_tokens_total",
-                "counter",
-                "Completion tokens generated",
-                s.generation_tokens_total,
-            ),
-            (
-                "sglang:time_to_first_token_seconds_sum",
-                "counter",
-                "Sum of time to first token",
-                round(s.ttft_sum, 6),
-            ),
-            (
-                "sglang:e2e_request_latency_seconds_sum",
-                "counter",
-                "Sum of request latency",
-                round(s.e2e_sum, 6),
-            ),
-            (
-                "sglang:gen_throughput",
-                "gauge",
-                "Last request's decode tokens per second",
-                round(s.last_gen_throughput, 3),
-            ),
-            ("sparkctl_sim_simulator", "gauge", "1: this endpoint is the sparkctl rank simulator", 1),
-            (
-                "sparkctl_sim_token_rate",
-                "gauge",
-                "Configured decode tokens per second per request",
-                self.knobs.token_rate,
-            ),
-            (
-                "sparkctl_sim_held_bytes",
-                "gauge",
-                "Memory the simulator holds",
-                len(self.held) if self.held is not None else 0,
-            ),
-            ("sparkctl_sim_peers_lost", "gauge", "Worker ranks rank 0 has lost", lost),
-            ("sparkctl_sim_up", "gauge", "1 when the rank serves", 0 if self.health_problem() else 1),
-        ]
-        lines: list[str] = []
-        for name, kind, help_text, value in rows:
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name}{{{label}}} {value}"]
-        return "\n".join(lines) + "\n"
+        return metrics.metrics_text(self)
 
 
 USAGE = f"""usage: {PROG} [serve] <SGLang argv>

@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from sparkctl_sim import SGLANG_VERSION, tokenizer
+from sparkctl_sim.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, Histogram
 from sparkctl_sim.model import Reply
 from sparkctl_sim.prompt import Prompt, RequestError, read_prompt
 
@@ -47,8 +48,9 @@ class Scheduler:
         self.errors_total = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
-        self.ttft_sum = 0.0
-        self.e2e_sum = 0.0
+        self.ttft_hist = Histogram(TTFT_BUCKETS)
+        self.itl_hist = Histogram(ITL_BUCKETS)
+        self.e2e_hist = Histogram(E2E_BUCKETS)
         self.finished = 0
         self.last_gen_throughput = 0.0
 
@@ -91,10 +93,17 @@ class Scheduler:
             self.finished += 1
             self.prompt_tokens_total += prompt_tokens
             self.generation_tokens_total += completion_tokens
-            self.ttft_sum += ttft
-            self.e2e_sum += e2e
+            self.ttft_hist.observe(ttft)
+            self.e2e_hist.observe(e2e)
             if decode_s > 0 and completion_tokens > 1:
                 self.last_gen_throughput = (completion_tokens - 1) / decode_s
+                self.itl_hist.observe(decode_s / (completion_tokens - 1), completion_tokens - 1)
+
+    def kv_used_tokens(self, capacity: int) -> int:
+        """KV tokens the running requests hold: each as long as the mean finished request so far."""
+        with self._cond:
+            mean = (self.prompt_tokens_total + self.generation_tokens_total) / max(1, self.finished)
+            return min(capacity, int(self.running * mean)) if capacity else 0
 
 
 class SimHTTPServer(ThreadingHTTPServer):
@@ -288,7 +297,11 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, self._card())
 
     def _metrics(self) -> None:
-        self._send(200, self.server.rank.metrics_text().encode(), "text/plain; version=0.0.4")
+        rank = self.server.rank
+        if not rank.cfg["enable_metrics"]:  # SGLang mounts /metrics only with --enable-metrics
+            self._error(404, "metrics are off (start with --enable-metrics)", "NotFoundError")
+            return
+        self._send(200, rank.metrics_text().encode(), "text/plain; version=0.0.4")
 
     def _loads(self) -> None:
         sched = self.server.rank.sched

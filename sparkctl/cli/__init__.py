@@ -101,6 +101,7 @@ _COMMAND_MODULES = [
     "sparkctl.cli.stage",
     "sparkctl.cli.serve",
     "sparkctl.cli.qa",
+    "sparkctl.cli.monitoring",
 ]
 
 

@@ -74,6 +74,8 @@ class Ports(_Section):
     dist_init: Port
     api: Port
     nccl_test: Port
+    # The node exporter (sparkctl-exporter.service), open to the management subnet only.
+    exporter: Port = 9477
 
 
 class Paths(_Section):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkctl.render import common, facts, host, rank, switch
+from sparkctl.render import common, facts, host, monitoring, rank, switch
 from sparkctl.render.common import secret_mark
 from sparkctl.render.facts import cluster_facts, node_facts
 from sparkctl.render.rank import rank_argv, rank_env
@@ -21,6 +21,7 @@ __all__ = [
     "common",
     "facts",
     "host",
+    "monitoring",
     "node_entry",
     "node_facts",
     "plan_document",
@@ -57,6 +58,7 @@ def node_files(cluster: Cluster, node: Node) -> tuple[dict[str, str], dict[str, 
         put(common.QOS_LINK_HOOK, host.qos_link_hook(cluster, node), "0755")
     put(common.FIREWALL_FILE, host.firewall(cluster, node), "0644")
     put(common.FIREWALL_UNIT_FILE, host.firewall_unit(cluster, node), "0644")
+    put(monitoring.EXPORTER_UNIT_FILE, monitoring.exporter_unit(cluster, node), "0644")
     return files, modes
 
 

@@ -80,6 +80,7 @@ def cluster_facts(cluster: Cluster) -> dict[str, Any]:
             "dist_init": cluster.ports.dist_init,
             "api": cluster.ports.api,
             "nccl_test": cluster.ports.nccl_test,
+            "exporter": cluster.ports.exporter,
         },
         "api_allow": [str(s) for s in cluster.api_allow],
         "paths": {k: str(v) for k, v in cluster.paths.model_dump().items()},

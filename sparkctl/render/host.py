@@ -180,6 +180,8 @@ table inet sparkctl {{
         meta l4proto 58 accept
         # SSH on the node's own port, from the admin sources only.
         ip saddr @admin_sources tcp dport {node.ssh_port} accept
+        # The node exporter (Prometheus), from the management subnet and the admin sources.
+        ip saddr @admin_sources tcp dport {ports.exporter} accept
         # The OpenAI API (rank 0) and every rank's /health.
         ip saddr @api_clients tcp dport {ports.api} accept
         # Nothing but peers on the fabric ports.

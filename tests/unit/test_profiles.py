@@ -121,10 +121,14 @@ def test_shipped_profiles_load() -> None:
         assert profile.memory_problems() == []
 
 
+# What sparkctl adds after the published flags: SGLang's Prometheus metrics on rank 0's /metrics.
+SPARKCTL_ADDED = [("--enable-metrics", [])]
+
+
 @pytest.mark.parametrize(("name", "published"), [("r4-nvme", R4_PUBLISHED), ("m1-1m", M1_PUBLISHED)])
 def test_profile_flags_match_the_published_launch(name: str, published: list[tuple[str, list[str]]]) -> None:
     rendered = split_flags(profile_words(name))
-    for (flag, values), (want_flag, want_values) in zip(rendered, published, strict=True):
+    for (flag, values), (want_flag, want_values) in zip(rendered, published + SPARKCTL_ADDED, strict=True):
         assert (flag, values) == (want_flag, want_values), f"{name}: {flag}"
 
 
@@ -222,6 +226,7 @@ def test_every_problem_is_reported_with_its_field() -> None:
         "sparkctl_profile_overrides.args.--host:",
         "sparkctl_profile_overrides.args.--Bad_Flag: not a long flag",
         "sparkctl_profile_overrides.args.--x: unknown placeholder ${nowhere}",
+        "sparkctl_profile_overrides.args.--x: SGLang 0.5.23 has no such flag",
         "sparkctl_profile_overrides.env.NCCL_IB_HCA: sparkctl renders it",
         "sparkctl_profile_overrides.env.FLAG: value must be a string",
         "sparkctl_profile_overrides.memory.floor_gib:",

@@ -50,7 +50,8 @@ def test_full_argv_is_profile_then_cluster_flags(example: Any) -> None:
     pairs = split_flags(argv[2:])
     assert pairs[0] == ("--model-path", ["/models/DeepSeek-V4.1-Flash"])
     assert pairs[1 : 1 + len(R4_PUBLISHED)] == R4_PUBLISHED
-    assert pairs[1 + len(R4_PUBLISHED) :] == [
+    assert pairs[1 + len(R4_PUBLISHED)] == ("--enable-metrics", [])  # the profile's own addition
+    assert pairs[2 + len(R4_PUBLISHED) :] == [
         ("--nnodes", ["4"]),
         ("--node-rank", ["2"]),
         ("--dist-init-addr", ["10.77.0.10:29649"]),

@@ -218,7 +218,7 @@ def test_silent_peer_is_lost_by_heartbeat_and_workers_leave_without_rank0(
 
 
 def test_workers_ignore_sigterm_and_rank0_drains_then_stops_everyone(cluster: Callable[..., Cluster]) -> None:
-    c = cluster(env={"SPARKCTL_SIM_TOKEN_RATE": "50"})
+    c = cluster(env={"SPARKCTL_SIM_TOKEN_RATE": "50"}, extra=["--enable-metrics"])
     for rank in range(4):
         c.start(rank)
     wait_for(lambda: c.status(0, "/ready") == 200, 10, "rank 0 /ready")
@@ -233,7 +233,8 @@ def test_workers_ignore_sigterm_and_rank0_drains_then_stops_everyone(cluster: Ca
     worker = threading.Thread(target=lambda: results.append(request(c.url(0, "/v1/chat/completions"), body)))
     worker.start()
     wait_for(lambda: "sglang:num_running_reqs" in str(request(c.url(0, "/metrics"))[1]) and
-             'num_running_reqs{model_name="deepseek-v41-flash"} 1' in request(c.url(0, "/metrics"))[1],
+             'num_running_reqs{model_name="deepseek-v41-flash",engine_type="unified",tp_rank="0",pp_rank="0"} 1'
+             in request(c.url(0, "/metrics"))[1],
              5, "the request to be running")  # fmt: skip
     c.procs["r0"].send_signal(signal.SIGTERM)
     wait_for(lambda: c.status(0, "/ready") == 503, 5, "/ready to turn 503 while draining")
@@ -314,7 +315,8 @@ def test_models_server_info_and_metrics(api: Cluster) -> None:
     assert info["internal_states"][0]["avg_spec_accept_length"] > 1
     assert "sk-sim-test" not in json.dumps(info)
     metrics = request(api.url(0, "/metrics"))[1]
-    assert 'sparkctl_sim_simulator{model_name="deepseek-v41-flash"} 1' in metrics
+    labels = '{model_name="deepseek-v41-flash",engine_type="unified",tp_rank="0",pp_rank="0"}'
+    assert f"sparkctl_sim_simulator{labels} 1" in metrics
     assert "# TYPE sglang:generation_tokens_total counter" in metrics
     assert api.status(1, "/metrics") == 200  # the worker's dummy server has it with --enable-metrics
     assert api.status(1, "/v1/models") == 404  # and nothing else

@@ -7,9 +7,12 @@ touches the network. The memory arithmetic itself lives on the profile (`Profile
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from ipaddress import IPv4Network
+from ipaddress import IPv4Address, IPv4Network
 from pathlib import PurePosixPath
 
 from sparkctl.model.cluster import Checkpoint, Fabric, Mgmt, Paths, Ports, Runtime
@@ -86,6 +89,19 @@ def _overridden(d: Draft, flag: str) -> bool:
     return isinstance(args, dict) and flag in args
 
 
+def controller_source(address: str) -> IPv4Address | None:
+    """The source address this machine would use to reach ``address`` (kernel route lookup only:
+    ``ip route get`` sends nothing). None where it cannot tell."""
+    try:
+        proc = subprocess.run(["ip", "-j", "-4", "route", "get", address], capture_output=True,
+                              text=True, timeout=5, check=False)
+        routes = json.loads(proc.stdout) if proc.returncode == 0 else []
+        src = routes[0].get("prefsrc") if routes else None
+        return IPv4Address(src) if src else None
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError, AttributeError):
+        return None
+
+
 def check_addresses(d: Draft, p: Problems) -> None:
     mgmt: Mgmt | None = d.get("sparkctl_mgmt")
     fabric: Fabric | None = d.get("sparkctl_fabric")
@@ -142,6 +158,18 @@ def check_addresses(d: Draft, p: Problems) -> None:
                         f"{n.mgmt_ip} is inside fabric subnet {net}",
                         "use the node's management address; the fabric carries only model traffic",
                     )
+    # The address this controller reaches the nodes from must stay off the fabric: a fabric route
+    # that captures it cuts the controller's own path (nothing is sent to find it out).
+    for n in d.nodes[:1]:
+        src = controller_source(str(n.mgmt_ip))
+        for i, net in enumerate(subnets):
+            if src is not None and src in net:
+                p.add(
+                    f"sparkctl_fabric.subnets[{i}]",
+                    f"{net} contains {src}, the address this controller reaches the nodes from",
+                    "pick fabric subnets this controller does not use (the fabric routes would capture "
+                    "its path to the nodes)",
+                )
     for n in d.nodes:
         used: dict[IPv4Network, int] = {}
         for i, port in enumerate(n.fabric_ports):
@@ -405,17 +433,6 @@ def check_secrets(d: Draft, p: Problems) -> None:
             )
 
 
-def check_ssh(d: Draft, p: Problems) -> None:
-    args = d.ansible.get("ansible_ssh_common_args") or ""
-    lowered = args.replace(" ", "").lower()
-    if "stricthostkeychecking=no" in lowered or "userknownhostsfile=/dev/null" in lowered:
-        p.add(
-            "all.vars.ansible_ssh_common_args",
-            "turns host key checking off",
-            "keep StrictHostKeyChecking=yes with a known_hosts file (`sparkctl` never skips it)",
-        )
-
-
 def check_memory(d: Draft, p: Problems, warnings: list[str]) -> None:
     prof = d.profile
     if prof is None:
@@ -465,9 +482,58 @@ def check_disk(d: Draft, p: Problems) -> None:
             )
 
 
+def check_mgmt(d: Draft, p: Problems) -> None:
+    mgmt: Mgmt | None = d.get("sparkctl_mgmt")
+    fabric: Fabric | None = d.get("sparkctl_fabric")
+    if mgmt is not None:
+        for n in d.nodes:
+            for i, port in enumerate(n.fabric_ports):
+                if str(port.netdev) == str(mgmt.interface):
+                    p.add(
+                        "sparkctl_mgmt.interface",
+                        f"{mgmt.interface} is also {n.name}'s fabric port [{i}]",
+                        "name the interface that carries the management address; the fabric role "
+                        "rewrites the fabric ports and must never touch it",
+                    )
+    if fabric is not None and not fabric.stage_over_fabric and fabric.bootstrap_over == "fabric":
+        p.add(
+            "sparkctl_fabric.stage_over_fabric",
+            "false stages over the management network, but the firewall opens the stage agents' port "
+            "to the nodes' management addresses only when bootstrap_over is mgmt (staging would fail "
+            "after provision)",
+            "keep stage_over_fabric: true, or set bootstrap_over: mgmt as well",
+        )
+
+
+# How each switch type names its ports; anything else never reaches a device.
+SWITCH_PORT_NAMES = {
+    "routeros": (re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"),
+                 "a RouterOS interface name such as qsfp56-dd-1-1"),
+    "nvue": (re.compile(r"^swp[0-9]+(s[0-9]+)?$"), "a Cumulus port name such as swp1 or swp1s0"),
+    "linux": (re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9_.-]{1,15}$"),
+              "a Linux interface name (1-15 of A-Z a-z 0-9 _ . -)"),
+}
+
+
+def check_switch_port_names(d: Draft, p: Problems) -> None:
+    sw = d.switch
+    if sw is None:
+        return
+    pattern, what = SWITCH_PORT_NAMES[sw.type]
+    for node, mapping in sw.ports.items():
+        for netdev, port in mapping.items():
+            if not pattern.match(port):
+                p.add(
+                    f"switches.{sw.name}.sparkctl_switch_ports.{node}.{netdev}",
+                    f"{port!r} is not {what}",
+                    "write the port's name exactly as the switch shows it",
+                )
+
+
 CHECKS: list[Callable[[Draft, Problems], None]] = [
     check_topology,
     check_addresses,
+    check_mgmt,
     check_pcie_halves,
     check_mtu,
     check_ports,
@@ -475,8 +541,8 @@ CHECKS: list[Callable[[Draft, Problems], None]] = [
     check_runtime,
     check_checkpoint,
     check_switch,
+    check_switch_port_names,
     check_secrets,
-    check_ssh,
     check_disk,
 ]
 

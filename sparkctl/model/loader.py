@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import StrictStr, TypeAdapter, ValidationError
 
 from sparkctl.errors import InputError, SparkctlError
-from sparkctl.model import ansible_read
+from sparkctl.model import ansible_read, connection
 from sparkctl.model.cluster import (
     Checkpoint,
     Cluster,
@@ -265,7 +265,7 @@ def _validate_keys(
             if ok:
                 out[key] = checked
         elif key.startswith("ansible_"):
-            continue
+            connection.check(key, value, path if prefix else f"all.vars.{key}", problems, check_value)
         elif host_level and key in SITE_KEYS:
             problems.add(path, "a site-wide key set on one host", "move it to group_vars/all/sparkctl.yml")
         else:

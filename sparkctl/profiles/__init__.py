@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sparkctl.errors import InputError
+from sparkctl.profiles import flags as sglang_flags
 
 GIB = 1024**3
 
@@ -193,6 +194,7 @@ class Profile(_Strict):
                 problems.append(f"{flag}: false only removes a flag in overrides")
             else:
                 problems.extend(f"{flag}: {p}" for p in _placeholder_problems(value))
+                problems.extend(sglang_flags.problems(flag, value))
         if problems:
             raise ValueError("\n".join(problems))
         return args

@@ -33,6 +33,11 @@ def switch_ports(cluster: Cluster) -> list[tuple[str, list[str]]]:
     return list(seen.items())
 
 
+def _ros(text: str) -> str:
+    """A RouterOS string literal: every name that reaches the device is quoted (and escaped)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
+
 def _ensure(match: str, props: str) -> str:
     """RouterOS: add an entry unless one matching ``match`` exists (so the file imports twice)."""
     return f":if ([:len [find {match}]] = 0) do={{ add {props} }}\n"
@@ -49,10 +54,10 @@ def routeros(cluster: Cluster) -> str:
         "/interface ethernet\n",
     ]
     for name, users in ports:
-        note = ", ".join(users)
-        out.append(f'set {name} auto-negotiation=no speed={PORT_SPEED} comment="sparkctl: {note}"\n')
-        out.append(f"set {name} l2mtu={l2mtu}\n")
-        out.append(f"set {name} mtu={sw.mtu}\n")
+        note = _ros("sparkctl: " + ", ".join(users))
+        out.append(f"set {_ros(name)} auto-negotiation=no speed={PORT_SPEED} comment={note}\n")
+        out.append(f"set {_ros(name)} l2mtu={l2mtu}\n")
+        out.append(f"set {_ros(name)} mtu={sw.mtu}\n")
     out += [
         "\n# One bridge, hardware-offloaded: a single L2 domain for the fabric subnets.\n",
         "/interface bridge\n",
@@ -60,7 +65,7 @@ def routeros(cluster: Cluster) -> str:
         "/interface bridge port\n",
     ]
     for name, _ in ports:
-        out.append(_ensure(f"interface={name}", f"bridge={BRIDGE} interface={name} hw=yes"))
+        out.append(_ensure(f"interface={_ros(name)}", f"bridge={BRIDGE} interface={_ros(name)} hw=yes"))
     out += [
         "/interface bridge settings\nset use-ip-firewall=no\n",
         f"\n# QoS: DSCP {c.ROCE_DSCP} (RoCE) -> class {c.ROCE_PRIO} lossless, DSCP {c.CNP_DSCP} (CNP) -> "
@@ -80,7 +85,7 @@ def routeros(cluster: Cluster) -> str:
     ]
     for name, _ in ports:
         out.append(
-            f"set {name} trust-l3=keep pfc={PFC} egress-rate-queue{c.ROCE_PRIO}=200G\n"
+            f"set {_ros(name)} trust-l3=keep pfc={PFC} egress-rate-queue{c.ROCE_PRIO}=200G\n"
         )
     out += [
         "/interface ethernet switch\nset [find] qos-hw-offloading=yes\n",
@@ -97,11 +102,13 @@ def nvue(cluster: Cluster) -> str:
         "# Run line by line on the switch, or through nvidia.nvue; `nv config apply` commits.\n",
     ]
     for name, users in switch_ports(cluster):
+        q = c.shell_command([name])
+        note = c.shell_command([f"sparkctl: {', '.join(users)}"])
         out += [
-            f'nv set interface {name} description "sparkctl: {", ".join(users)}"\n',
-            f"nv set interface {name} link speed 200G\n",
-            f"nv set interface {name} link mtu {sw.mtu}\n",
-            f"nv set interface {name} bridge domain br_default\n",
+            f"nv set interface {q} description {note}\n",
+            f"nv set interface {q} link speed 200G\n",
+            f"nv set interface {q} link mtu {sw.mtu}\n",
+            f"nv set interface {q} bridge domain br_default\n",
         ]
     out += [
         f"# Lossless RoCE: DSCP {c.ROCE_DSCP} -> priority {c.ROCE_PRIO} with PFC and ECN, "

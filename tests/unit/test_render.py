@@ -186,8 +186,8 @@ def test_firewall_allows_ssh_on_the_nodes_own_port_and_the_admin_sources(example
 def test_routeros_l2mtu_before_mtu(example: Any) -> None:
     rsc = switch.routeros(example)
     for port in ("qsfp56-dd-1-1", "qsfp56-dd-4-1"):
-        assert rsc.index(f"set {port} l2mtu=9216") < rsc.index(f"set {port} mtu=9216")
-        assert f"set {port} auto-negotiation=no speed=200G-baseCR4" in rsc
+        assert rsc.index(f'set "{port}" l2mtu=9216') < rsc.index(f'set "{port}" mtu=9216')
+        assert f'set "{port}" auto-negotiation=no speed=200G-baseCR4' in rsc
     assert rsc.count("add bridge=sparkctl-fabric") == 4  # both halves share one port
     assert "pfc=sparkctl-pfc3" in rsc and "ecn=yes" in rsc
 

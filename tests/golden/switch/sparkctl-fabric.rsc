@@ -3,27 +3,27 @@
 
 # Spark ports: forced 200G (autonegotiation may settle at 100G), L2MTU before MTU.
 /interface ethernet
-set qsfp56-dd-1-1 auto-negotiation=no speed=200G-baseCR4 comment="sparkctl: spark-0"
-set qsfp56-dd-1-1 l2mtu=9216
-set qsfp56-dd-1-1 mtu=9216
-set qsfp56-dd-2-1 auto-negotiation=no speed=200G-baseCR4 comment="sparkctl: spark-1"
-set qsfp56-dd-2-1 l2mtu=9216
-set qsfp56-dd-2-1 mtu=9216
-set qsfp56-dd-3-1 auto-negotiation=no speed=200G-baseCR4 comment="sparkctl: spark-2"
-set qsfp56-dd-3-1 l2mtu=9216
-set qsfp56-dd-3-1 mtu=9216
-set qsfp56-dd-4-1 auto-negotiation=no speed=200G-baseCR4 comment="sparkctl: spark-3"
-set qsfp56-dd-4-1 l2mtu=9216
-set qsfp56-dd-4-1 mtu=9216
+set "qsfp56-dd-1-1" auto-negotiation=no speed=200G-baseCR4 comment="sparkctl: spark-0"
+set "qsfp56-dd-1-1" l2mtu=9216
+set "qsfp56-dd-1-1" mtu=9216
+set "qsfp56-dd-2-1" auto-negotiation=no speed=200G-baseCR4 comment="sparkctl: spark-1"
+set "qsfp56-dd-2-1" l2mtu=9216
+set "qsfp56-dd-2-1" mtu=9216
+set "qsfp56-dd-3-1" auto-negotiation=no speed=200G-baseCR4 comment="sparkctl: spark-2"
+set "qsfp56-dd-3-1" l2mtu=9216
+set "qsfp56-dd-3-1" mtu=9216
+set "qsfp56-dd-4-1" auto-negotiation=no speed=200G-baseCR4 comment="sparkctl: spark-3"
+set "qsfp56-dd-4-1" l2mtu=9216
+set "qsfp56-dd-4-1" mtu=9216
 
 # One bridge, hardware-offloaded: a single L2 domain for the fabric subnets.
 /interface bridge
 :if ([:len [find name=sparkctl-fabric]] = 0) do={ add name=sparkctl-fabric protocol-mode=none comment="sparkctl RoCE fabric" }
 /interface bridge port
-:if ([:len [find interface=qsfp56-dd-1-1]] = 0) do={ add bridge=sparkctl-fabric interface=qsfp56-dd-1-1 hw=yes }
-:if ([:len [find interface=qsfp56-dd-2-1]] = 0) do={ add bridge=sparkctl-fabric interface=qsfp56-dd-2-1 hw=yes }
-:if ([:len [find interface=qsfp56-dd-3-1]] = 0) do={ add bridge=sparkctl-fabric interface=qsfp56-dd-3-1 hw=yes }
-:if ([:len [find interface=qsfp56-dd-4-1]] = 0) do={ add bridge=sparkctl-fabric interface=qsfp56-dd-4-1 hw=yes }
+:if ([:len [find interface="qsfp56-dd-1-1"]] = 0) do={ add bridge=sparkctl-fabric interface="qsfp56-dd-1-1" hw=yes }
+:if ([:len [find interface="qsfp56-dd-2-1"]] = 0) do={ add bridge=sparkctl-fabric interface="qsfp56-dd-2-1" hw=yes }
+:if ([:len [find interface="qsfp56-dd-3-1"]] = 0) do={ add bridge=sparkctl-fabric interface="qsfp56-dd-3-1" hw=yes }
+:if ([:len [find interface="qsfp56-dd-4-1"]] = 0) do={ add bridge=sparkctl-fabric interface="qsfp56-dd-4-1" hw=yes }
 /interface bridge settings
 set use-ip-firewall=no
 
@@ -40,10 +40,10 @@ set [find traffic-class=6] schedule=strict-priority
 /interface ethernet switch qos priority-flow-control
 :if ([:len [find name=sparkctl-pfc3]] = 0) do={ add name=sparkctl-pfc3 traffic-class=3 rx=yes tx=yes }
 /interface ethernet switch qos port
-set qsfp56-dd-1-1 trust-l3=keep pfc=sparkctl-pfc3 egress-rate-queue3=200G
-set qsfp56-dd-2-1 trust-l3=keep pfc=sparkctl-pfc3 egress-rate-queue3=200G
-set qsfp56-dd-3-1 trust-l3=keep pfc=sparkctl-pfc3 egress-rate-queue3=200G
-set qsfp56-dd-4-1 trust-l3=keep pfc=sparkctl-pfc3 egress-rate-queue3=200G
+set "qsfp56-dd-1-1" trust-l3=keep pfc=sparkctl-pfc3 egress-rate-queue3=200G
+set "qsfp56-dd-2-1" trust-l3=keep pfc=sparkctl-pfc3 egress-rate-queue3=200G
+set "qsfp56-dd-3-1" trust-l3=keep pfc=sparkctl-pfc3 egress-rate-queue3=200G
+set "qsfp56-dd-4-1" trust-l3=keep pfc=sparkctl-pfc3 egress-rate-queue3=200G
 /interface ethernet switch
 set [find] qos-hw-offloading=yes
 # Advertise the PFC settings to the hosts (DCBX over LLDP).

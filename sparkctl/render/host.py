@@ -151,6 +151,7 @@ table inet sparkctl {{
     set rank_peers {{
         type ipv4_addr
         flags interval
+        auto-merge
         # Rank traffic from {peer_note}: dist-init {ports.dist_init},
         # NCCL test {ports.nccl_test}, and NCCL/Gloo/SGLang ephemeral ports.
         elements = {_set(peers)}
@@ -159,12 +160,14 @@ table inet sparkctl {{
     set api_clients {{
         type ipv4_addr
         flags interval
+        auto-merge
         elements = {_set(api)}
     }}
 
     set admin_sources {{
         type ipv4_addr
         flags interval
+        auto-merge
         # SSH: the management subnet and sparkctl_mgmt.admin_sources; provision adds the
         # address the controller connects from ({c.FIREWALL_DROPIN_DIR}/controller.nft).
         elements = {_set(admins)}

@@ -60,6 +60,7 @@ ROOTFS_PACKAGES: tuple[str, ...] = (
     "python3-yaml",
     "python3-venv",
     "python3-pip",
+    "python3-prometheus-client",  # the node exporter (spark_exporter)
 )
 
 # Bump when the post-debootstrap fix-ups below change, so caches are rebuilt.

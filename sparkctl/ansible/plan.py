@@ -72,7 +72,7 @@ def for_stage(
 # --- provision, switch, preflight, check fabric (playbooks/provision.yml and friends) ---------------
 
 # Tags of playbooks/provision.yml, in the order the roles run.
-PROVISION_TAGS = ("preflight", "switch", "base", "fabric", "qos", "runtime", "firewall")
+PROVISION_TAGS = ("preflight", "switch", "base", "fabric", "qos", "runtime", "exporter", "firewall")
 
 
 def _limit(cluster: Any, limit: str | None) -> str | None:
@@ -112,7 +112,7 @@ def for_provision(
     limit: str | None = None,
     tags: tuple[str, ...] | list[str] = (),
 ) -> Plan:
-    """playbooks/provision.yml: preflight -> switch -> base -> fabric -> qos -> runtime -> firewall."""
+    """playbooks/provision.yml: preflight, switch, base, fabric, qos, runtime, exporter, firewall."""
     return Plan(
         playbook="provision.yml",
         inventory=Path(cluster.inventory_dir),

@@ -20,11 +20,13 @@ from sparkctl.model import Runtime, SecretRef, load_inventory
 from sparkctl.nodeside import exporter, probe
 from sparkctl.profiles import load_profile
 from sparkctl.render import host, monitoring, node_files
+from sparkctl_lab import rootfs
 from sparkctl_sim.config import parse_argv
 from sparkctl_sim.knobs import load_knobs
 from sparkctl_sim.rank import RankProcess
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "inventory" / "example"
+ROLE = Path(__file__).resolve().parents[2] / "roles" / "spark_exporter"
 KEY = "sk-monitoring-test-value-never-printed"
 
 # What Grafana needs of a dashboard to import it and draw these panels (the essentials of its
@@ -169,3 +171,28 @@ def test_exporter_unit_and_firewall(example: Any) -> None:
     lab_unit = monitoring.exporter_unit(lab, node)
     assert "--nvml-module sparkctl_sim.nvml" in lab_unit
     assert f"PYTHONPATH={monitoring.EXPORTER_DIR}:{monitoring.LAB_SIM_PATH}" in lab_unit
+
+
+def _role_defaults() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    return doc
+
+
+def test_role_ships_every_module_the_exporter_imports() -> None:
+    shipped = _role_defaults()["spark_exporter_modules"]
+    files = ROLE / "files" / "nodeside"
+    assert all((files / name).is_file() for name in shipped)
+    wanted, seen = ["exporter"], set()
+    while wanted:  # the relative imports, transitively
+        name = wanted.pop()
+        seen.add(name)
+        for line in (files / f"{name}.py").read_text().splitlines():
+            if line.startswith("from . import "):
+                names = [m.strip() for m in line[len("from . import "):].split(",")]
+                wanted += [m for m in names if m not in seen]
+    assert {f"{m}.py" for m in seen} | {"__init__.py"} == set(shipped)
+
+
+def test_lab_rootfs_bakes_in_the_exporters_packages() -> None:
+    """The lab nodes have no network: what the role installs must already be in the lab's rootfs."""
+    assert set(_role_defaults()["spark_exporter_packages"]) <= set(rootfs.ROOTFS_PACKAGES)

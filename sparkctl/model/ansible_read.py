@@ -360,6 +360,11 @@ def read(inv: Path, problems: Problems, vault_password_file: Path | str | None =
         _check_vars_files(loader, im, inv, problems, shown_sources)
         problems.raise_if_any(str(inv))
         vm = VariableManager(loader=loader, inventory=im)
+        # Inside ansible-playbook (the vars plugin, a role's lookup) the process's own -e values and
+        # options (check mode, verbosity) would land in every host's variables: the inventory is
+        # what is read here, nothing else.
+        vm._extra_vars = {}
+        vm._options_vars = {}
         everyone = im.groups["all"]
         site_raw = combine_vars(
             everyone.get_vars(), get_vars_from_inventory_sources(loader, im._sources, [everyone], "task")

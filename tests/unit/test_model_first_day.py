@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from ipaddress import IPv4Address
 from pathlib import Path
 
@@ -51,3 +55,18 @@ def test_the_controllers_route_lookup_sends_nothing_and_may_fail_quietly(
 )
 def test_ssh_arguments_that_weaken_host_key_checking(args: str, weak: bool) -> None:
     assert (connection._weak_args(args) is not None) is weak
+
+
+def test_extra_vars_of_the_running_playbook_are_not_inventory_keys() -> None:
+    """The vars plugin reads the inventory inside ansible-playbook/-inventory: their -e values and
+    --check are the run's, not the site's (`sparkctl stage` passes -e spark_stage_what=...)."""
+    repo = Path(__file__).resolve().parents[2]
+    tool = Path(sys.executable).with_name("ansible-inventory")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(repo / "ansible.cfg")}
+    proc = subprocess.run(
+        [str(tool), "-i", str(EXAMPLE), "--host", "spark-1", "-e", "spark_stage_what=engram",
+         "-e", "ansible_check_mode=true"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=repo,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["sparkctl_rendered"]["rank_launch"]["argv"]

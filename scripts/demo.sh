@@ -46,8 +46,18 @@ step stage          sparkctl -i "$inv" stage all
 step stage-again    sparkctl -i "$inv" stage all
 step up             sparkctl -i "$inv" up --yes
 step status         sparkctl -i "$inv" status
+# A real Prometheus (Debian's package) on a loopback port, scraping every node's exporter and rank 0's
+# /metrics with the generated configuration while qualify and bench run; stopped before `down`.
+step monitoring-config sparkctl -i "$inv" monitoring config --interval 5 -o "$out/prometheus.yml"
+prom_port=19090
+prometheus --config.file="$out/prometheus.yml" --storage.tsdb.path="$out/prometheus-data" \
+  --web.listen-address="127.0.0.1:$prom_port" >"$out/prometheus.log" 2>&1 &
+prom_pid=$!
+trap 'kill "$prom_pid" 2>/dev/null' EXIT
 step qualify        sparkctl -i "$inv" qualify --suite full --results "$out/qualify"
 step bench          sparkctl -i "$inv" bench --concurrency 1,4,8 --repeats 2 --plot "$out/ladder.png" --results "$out/bench"
+step prometheus     python3 scripts/prometheus_check.py "http://127.0.0.1:$prom_port" --targets 5
+kill "$prom_pid" 2>/dev/null; wait "$prom_pid" 2>/dev/null
 step down           sparkctl -i "$inv" down
 
 printf '\n\033[1mdemo done in %ss.\033[0m Outputs: %s (bench plot: %s/ladder.png)\n' "$(( $(date +%s) - started ))" "$out" "$out"

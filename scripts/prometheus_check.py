@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Wait until a Prometheus scrapes every target up, then check it has every series sparkctl's Grafana
-dashboard queries (the demo's monitoring step; tests/integration/test_monitoring.py checks the same).
+dashboard queries (the demo's monitoring step; tests/integration/test_monitoring_lab.py checks the same).
 
     python3 scripts/prometheus_check.py http://127.0.0.1:19090 --targets 5 [--timeout 90]
 

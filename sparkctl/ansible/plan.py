@@ -19,6 +19,9 @@ class Plan:
     tags: tuple[str, ...] = ()
     skip_tags: tuple[str, ...] = ()
     extravars: dict[str, Any] = field(default_factory=dict)  # never secrets
+    # Controller environment variables the inventory's secrets live in: the runner keeps them out
+    # of ansible-playbook's recorded environment and hands them over through memory instead.
+    secret_env: tuple[str, ...] = ()
     check: bool = False
     diff: bool = False
     verbosity: int = 0
@@ -37,6 +40,13 @@ class Plan:
         if self.diff:
             cmd.append("--diff")
         return cmd
+
+
+def _plan(cluster: Any, **kw: Any) -> Plan:
+    """A plan on this cluster's inventory, with the names of the environment variables its secrets
+    are read from (never their values)."""
+    secret_env = tuple(sorted({ref.env for ref in cluster.secrets.values() if ref.env}))
+    return Plan(inventory=Path(cluster.inventory_dir), secret_env=secret_env, **kw)
 
 
 STAGE_WHAT = ("weights", "engram", "all")
@@ -66,7 +76,7 @@ def for_stage(
         if not key.startswith("spark_stage_"):
             raise ValueError(f"not a stage setting: {key}")
         extravars[key] = value
-    return Plan(playbook="stage.yml", inventory=Path(cluster.inventory_dir), extravars=extravars)
+    return _plan(cluster, playbook="stage.yml", extravars=extravars)
 
 
 # --- provision, switch, preflight, check fabric (playbooks/provision.yml and friends) ---------------
@@ -113,10 +123,8 @@ def for_provision(
     tags: tuple[str, ...] | list[str] = (),
 ) -> Plan:
     """playbooks/provision.yml: preflight, switch, base, fabric, qos, runtime, exporter, firewall."""
-    return Plan(
-        playbook="provision.yml",
-        inventory=Path(cluster.inventory_dir),
-        limit=_limit(cluster, limit),
+    return _plan(cluster, playbook="provision.yml",
+                limit=_limit(cluster, limit),
         tags=_tags(tags),
         check=check,
         diff=diff,
@@ -125,7 +133,7 @@ def for_provision(
 
 def for_check_fabric(cluster: Any) -> Plan:
     """playbooks/check_fabric.yml: read-only probes of every fabric port and pair."""
-    return Plan(playbook="check_fabric.yml", inventory=Path(cluster.inventory_dir))
+    return _plan(cluster, playbook="check_fabric.yml")
 
 
 # --- up / down (playbooks/up.yml, playbooks/down.yml) ----------------------------------------------
@@ -134,13 +142,13 @@ def for_check_fabric(cluster: Any) -> Plan:
 def for_up(cluster: Any, install_only: bool = False) -> Plan:
     """playbooks/up.yml: install the rank units (files only), then start ranks 1..n and rank 0 last."""
     extravars: dict[str, Any] = {"spark_rank_install_only": True} if install_only else {}
-    return Plan(playbook="up.yml", inventory=Path(cluster.inventory_dir), extravars=extravars)
+    return _plan(cluster, playbook="up.yml", extravars=extravars)
 
 
 def for_down(cluster: Any, grace_s: int | None = None) -> Plan:
     """playbooks/down.yml: SIGTERM rank 0, wait ``grace_s``, force the rest, every unit inactive."""
     extravars: dict[str, Any] = {"spark_rank_grace_s": int(grace_s)} if grace_s is not None else {}
-    return Plan(playbook="down.yml", inventory=Path(cluster.inventory_dir), extravars=extravars)
+    return _plan(cluster, playbook="down.yml", extravars=extravars)
 
 
 # --- preflight and the switch on their own (playbooks/preflight.yml, playbooks/switch.yml) ----------
@@ -148,12 +156,12 @@ def for_down(cluster: Any, grace_s: int | None = None) -> Plan:
 
 def for_preflight(cluster: Any, limit: str | None = None) -> Plan:
     """playbooks/preflight.yml: read-only inventory asserts, reachability and the identity of every node."""
-    return Plan(playbook="preflight.yml", inventory=Path(cluster.inventory_dir), limit=_limit(cluster, limit))
+    return _plan(cluster, playbook="preflight.yml", limit=_limit(cluster, limit))
 
 
 def for_switch(cluster: Any, *, check: bool = False, diff: bool = False, rollback: bool = False) -> Plan:
     """playbooks/switch.yml: preflight, then the RoCE switch (``check`` + ``diff``: what would change;
     ``rollback``: restore the newest backup the role saved instead of applying)."""
     extravars: dict[str, Any] = {"spark_switch_rollback": True} if rollback else {}
-    return Plan(playbook="switch.yml", inventory=Path(cluster.inventory_dir), check=check, diff=diff,
+    return _plan(cluster, playbook="switch.yml", check=check, diff=diff,
                 extravars=extravars)

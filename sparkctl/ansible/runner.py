@@ -33,6 +33,7 @@ import ansible_runner
 from sparkctl.ansible import content
 from sparkctl.ansible.plan import Plan
 from sparkctl.errors import SparkctlError
+from sparkctl.model import secretenv
 from sparkctl.model.vault import vault_password_files
 
 # Event kinds handed to ``on_event`` (a small, stable vocabulary over ansible-runner's events).
@@ -457,27 +458,30 @@ def execute(
         envvars.update(vault_environment())
         if extra_env:
             envvars.update(extra_env)
-        keep = set(envvars) | _RUNNER_SET_ENV
-        try:
-            runner = ansible_runner.run(
-                private_data_dir=str(run_dir),
-                project_dir=str(project),
-                playbook=f"playbooks/{plan.playbook}",
-                inventory=str(Path(plan.inventory).resolve()),
-                ident=_IDENT,
-                envvars=envvars,
-                extravars=dict(plan.extravars) or None,
-                cmdline=_cmdline(plan),
-                limit=plan.limit,
-                tags=",".join(plan.tags) or None,
-                skip_tags=",".join(plan.skip_tags) or None,
-                verbosity=plan.verbosity or None,
-                event_handler=track,
-                quiet=True,
-                fact_cache_type="jsonfile",
-            )
-        finally:
-            scrub_command_file(run_dir / "artifacts" / _IDENT, keep)
+        # Secret variables leave os.environ for the run (ansible-runner records the whole
+        # environment) and reach ansible-playbook through memory only (model.secretenv).
+        with secretenv.withheld(plan.secret_env) as secret_vars:
+            envvars.update(secret_vars)
+            try:
+                runner = ansible_runner.run(
+                    private_data_dir=str(run_dir),
+                    project_dir=str(project),
+                    playbook=f"playbooks/{plan.playbook}",
+                    inventory=str(Path(plan.inventory).resolve()),
+                    ident=_IDENT,
+                    envvars=envvars,
+                    extravars=dict(plan.extravars) or None,
+                    cmdline=_cmdline(plan),
+                    limit=plan.limit,
+                    tags=",".join(plan.tags) or None,
+                    skip_tags=",".join(plan.skip_tags) or None,
+                    verbosity=plan.verbosity or None,
+                    event_handler=track,
+                    quiet=True,
+                    fact_cache_type="jsonfile",
+                )
+            finally:
+                scrub_command_file(run_dir / "artifacts" / _IDENT, set(envvars) | _RUNNER_SET_ENV)
     duration = time.monotonic() - started
     artifact_dir = Path(runner.config.artifact_dir)
     rc = runner.rc if isinstance(runner.rc, int) else 1

@@ -268,7 +268,7 @@ def up(
     say = ui.err_console.print if as_json else ui.console.print
     try:
         before = verdict.snapshot(cluster, doc, fleet, http, api_key)
-        current = all(before.nodes[e["name"]].data.get("file_sha256") == probe.expected_hashes(cluster, e)
+        current = all(before.nodes[e["name"]].data.get("file_digest") == probe.expected_hashes(cluster, e)
                       for e in doc["nodes"])
         if before.verdict == verdict.READY and current and not restart:
             say(f"{ui.OK} already up and ready; nothing to do (use --restart to restart the ranks)")

@@ -6,14 +6,23 @@ and so on), so an error path in ``validate`` is also where to look in the YAML.
 
 from __future__ import annotations
 
-import os
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictStr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 
 from sparkctl.errors import InputError
+from sparkctl.model import secretenv
 from sparkctl.model.problems import FieldError
 from sparkctl.model.types import (
     AbsPath,
@@ -117,6 +126,16 @@ class SecretRef(_Section):
     _base: Path = PrivateAttr(default_factory=Path.cwd)
     _value: str | None = PrivateAttr(default=None)
 
+    @field_validator("file")
+    @classmethod
+    def _plain_path(cls, value: str | None) -> str | None:
+        if value is not None and ("~" in value or ".." in PurePosixPath(value).parts or not value.strip()):
+            raise FieldError(
+                f"{value!r}: a secret file is named plainly",
+                "give an absolute path, or one relative to the inventory directory, without ~ or ..",
+            )
+        return value
+
     @model_validator(mode="after")
     def _exactly_one(self) -> SecretRef:
         given = [k for k in ("env", "file", "var") if getattr(self, k) is not None]
@@ -152,7 +171,7 @@ class SecretRef(_Section):
                 )
             return self._value
         if self.env is not None:
-            value = os.environ.get(self.env)
+            value = secretenv.get(self.env)
             if not value:
                 raise InputError(
                     f"secret environment variable {self.env} is not set",
@@ -160,7 +179,7 @@ class SecretRef(_Section):
                 )
             return value
         assert self.file is not None
-        path = Path(self.file).expanduser()
+        path = Path(self.file)
         if not path.is_absolute():
             path = self._base / path
         try:

@@ -14,6 +14,7 @@ identity, RoCE GID indexes, GPU compute apps).
 
 import glob
 import hashlib
+import hmac
 import json
 import os
 import re
@@ -26,6 +27,20 @@ from . import links, manifests, rdma, system
 
 UNIT_PROPS = ("ActiveState", "SubState", "MainPID", "Result", "ExecMainStatus",
               "ActiveEnterTimestampMonotonic", "InvocationID")
+
+
+def _keyed(path, key):
+    """HMAC-SHA256 of a file under a key the controller made up for this probe: the digest says
+    whether the file is what the controller expects, and nothing to anyone who reads it later (a
+    plain digest of a known template plus an API key is a key-guessing oracle)."""
+    h = hmac.new(bytes.fromhex(key), digestmod=hashlib.sha256)
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return None
+    return h.hexdigest()
 
 
 def _sha256(path):
@@ -233,7 +248,7 @@ def main(p):
         out["links"] = links.read_links(p.get("netdevs", []))
         out["gpu"] = gpu()
         out["unit_sha256"] = _sha256(p["unit_file"]) if p.get("unit_file") else None
-        out["file_sha256"] = {path: _sha256(path) for path in p.get("hash_files", [])}
+        out["file_digest"] = {path: _keyed(path, p["hash_key"]) for path in p.get("hash_files", [])}
         if p.get("engram_dir"):
             out["shards"] = manifests.shards_on_disk(p["engram_dir"], p["rank"], p["tp"])
     if mode == "preflight":

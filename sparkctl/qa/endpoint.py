@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from sparkctl.errors import InputError, UnhealthyError
+from sparkctl.model.redaction import strip_secrets
 from sparkctl.render.rank import api_url, served_model_name
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def discover(root: str, api_key: str = "", model: str | None = None, timeout: fl
         model=model,
         simulator=info.get("simulator") is True,
         context_length=int(context) if context else None,
-        server_info=info,
+        server_info=strip_secrets(info, [api_key]),  # results record it: SGLang's carries api_key
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
+from sparkctl.model.redaction import strip_secrets
 from sparkctl.render.rank import api_url, served_model_name
 from sparkctl.serve.http import HttpAnswer, auth_headers, get, http_reason
 from sparkctl.serve.probe import FleetLike, NodeFacts, collect, launch, unit_name
@@ -151,6 +152,8 @@ class BootWatch:
             return
         self.record_dir.mkdir(parents=True, exist_ok=True)
         path = self.record_dir / name
+        # /server_info carries SGLang's api_key in clear: nothing secret is ever written here.
+        payload = strip_secrets(payload, [self.api_key or ""])
         if append:
             with path.open("a") as f:
                 f.write(json.dumps(payload) + "\n")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +85,7 @@ def probe_params(cluster: Any, entry: Mapping[str, Any], mode: str) -> dict[str,
     params.update(
         unit_file=unit_file,
         hash_files=[unit_file, *rank_files(entry)],
+        hash_key=HASH_KEY,
         netdevs=[p["netdev"] for p in entry.get("fabric", [])],
         rank=int(entry["rank"]),
         tp=int(cluster.profile.tp_size),
@@ -111,8 +114,14 @@ def rank_files(entry: Mapping[str, Any]) -> list[str]:
     return files + [f for f in entry.get("secret_files", []) if f in argv]
 
 
+# The key of the probe's file digests (HMAC-SHA256): made up per sparkctl process, never written,
+# so a digest in `status --json` or a bundle cannot be used to test guesses of the API key.
+HASH_KEY = secrets.token_hex(32)
+
+
 def expected_hashes(cluster: Any, entry: Mapping[str, Any]) -> dict[str, str]:
-    """SHA-256 of what the rank role writes (secrets substituted here, only to hash them)."""
+    """Keyed digests (HASH_KEY) of what the rank role writes (secrets substituted here, only to
+    digest them), comparable with the probe's ``file_digest``."""
     rl = launch(entry)
     texts = {f"/etc/systemd/system/{rl.get('unit_name', 'sparkctl-rank.service')}": str(rl.get("unit", ""))}
     for path in rank_files(entry):
@@ -122,7 +131,8 @@ def expected_hashes(cluster: Any, entry: Mapping[str, Any]) -> dict[str, str]:
             values = {n: cluster.secrets[n].resolve() for n in rank_secret_names(cluster)}
             text = rank_secrets_text(cluster, values)
         texts[path] = text
-    return {path: hashlib.sha256(text.encode()).hexdigest() for path, text in texts.items()}
+    key = bytes.fromhex(HASH_KEY)
+    return {path: hmac.new(key, text.encode(), hashlib.sha256).hexdigest() for path, text in texts.items()}
 
 
 def _needs_shards(cluster: Any) -> bool:

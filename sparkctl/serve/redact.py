@@ -1,9 +1,11 @@
-"""Secrets out of text that leaves a node (logs, bundles, messages)."""
+"""Secrets out of text that leaves a node (logs, bundles, messages); the rules live in
+``sparkctl.model.redaction`` (shared with the run records and results)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
+
+from sparkctl.model.redaction import redact_text
 
 
 def first_line(text: str) -> str:
@@ -11,7 +13,5 @@ def first_line(text: str) -> str:
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """Replace every secret value (and nothing else) in ``text``."""
-    for s in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(s, "<redacted>")
-    return re.sub(r"(?i)(authorization:\s*bearer\s+)\S+", r"\1<redacted>", text)
+    """Replace every secret value (and any bearer token) in ``text``."""
+    return redact_text(text, secrets)

@@ -139,7 +139,7 @@ class FakeNodes:
                 for dev in params.get("netdevs", [])
             }
             data["gpu"] = None
-            data["file_sha256"] = st.file_sha or {f: None for f in params.get("hash_files", [])}
+            data["file_digest"] = st.file_sha or {f: None for f in params.get("hash_files", [])}
             if "engram_dir" in params:
                 data["shards"] = ({"verified": True, "files": 2, "bytes": 100} if st.shards_ok
                                   else {"verified": False, "problem": "manifest-r0of4.json missing"})
@@ -179,6 +179,9 @@ class FakeApi:
                 with contextlib.suppress(ValueError):
                     value = int(value)
                 info[word[2:].replace("-", "_")] = value
+        # SGLang builds /server_info from its server arguments: the API key is in it, in clear.
+        info["api_key"] = API_KEY
+        info["admin_api_key"] = None
         return info
 
     def __call__(self, request: httpx.Request) -> httpx.Response:

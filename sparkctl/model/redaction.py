@@ -1,0 +1,60 @@
+"""Secrets out of every document sparkctl records (run records, results, bundles, status).
+
+SGLang's ``/server_info`` is built from its server arguments and so carries ``api_key`` (and
+``admin_api_key``) in clear; any such field, at any depth, and any known secret value wherever it
+appears, is replaced before a document is written or printed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+REDACTED = "<redacted>"
+# Field names that hold secrets in SGLang's arguments, Ansible variables or HTTP headers.
+# A key that *ends* in one of these words (api_key, admin_api_key, hf_token, ssl_keyfile_password),
+# never a longer word that merely contains one (max_total_tokens, tokenizer_path).
+SECRET_FIELD = re.compile(
+    r"(?i)(^|[_-])(api[_-]?key|token|secret|passw(or)?d|passphrase|authorization|credentials?)$"
+)
+
+
+# Secrets recognised by their shape, for text whose secrets this shell cannot resolve (a log
+# written while another key was in use): an API key set as an argument or a config line, a bearer
+# token, a Hugging Face token.
+_SHAPES = (
+    (re.compile(r"(?i)(authorization:\s*bearer\s+)\S+"), r"\1" + REDACTED),
+    (re.compile(r"(?i)((?:admin[_-])?api[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\"'\s,}]+"), r"\1" + REDACTED),
+    (re.compile(r"(?i)(--(?:admin-)?api-key[ =])\S+"), r"\1" + REDACTED),
+    (re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"), REDACTED),
+)
+
+
+def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """Every known secret value, and anything shaped like a secret, replaced in ``text``."""
+    for s in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(s, REDACTED)
+    for pattern, replacement in _SHAPES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _secret_field(key: Any, value: Any) -> bool:
+    return isinstance(key, str) and bool(SECRET_FIELD.search(key)) and value not in (None, "", False)
+
+
+def strip_secrets(doc: Any, secrets: Iterable[str] = ()) -> Any:
+    """A copy of ``doc`` (JSON-like) with secret fields and known secret values redacted."""
+    values = [s for s in secrets if s]
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: REDACTED if _secret_field(k, v) else walk(v) for k, v in node.items()}
+        if isinstance(node, list | tuple):
+            return [walk(v) for v in node]
+        if isinstance(node, str):
+            return redact_text(node, values)
+        return node
+
+    return walk(doc)

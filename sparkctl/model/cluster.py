@@ -75,6 +75,8 @@ class Fabric(_Section):
     host_qos: StrictBool = True
     bootstrap_over: Literal["fabric", "mgmt"] = "fabric"
     stage_over_fabric: StrictBool = True
+    # `check fabric`: a pair whose jumbo pings never get a full round fails above this loss (%).
+    max_loss_pct: float = Field(5.0, ge=0, le=100)
 
 
 class Ports(_Section):

@@ -46,6 +46,8 @@ class PairRow:
     dst_ip: str
     ok: bool
     detail: str
+    kind: str = "ok"        # ok · lossy · mtu · unreachable (the probe's classification)
+    loss_pct: float = 0.0
 
 
 @dataclass
@@ -184,9 +186,20 @@ def judge(
                     dst_ip=ping["dst"],
                     ok=bool(ping["ok"]),
                     detail=ping.get("detail", ""),
+                    kind=str(ping.get("kind") or ("ok" if ping["ok"] else "unreachable")),
+                    loss_pct=float(ping.get("loss_pct") or 0.0),
                 )
             )
-    failing = [p for p in v.pairs if not p.ok]
+    allowed = float(cluster.fabric.max_loss_pct)
+    for p in v.pairs:
+        if p.kind == "lossy" and p.loss_pct <= allowed:
+            v.passed.append(f"jumbo ping {p.src} {p.netdev} -> {p.dst}: lossy but within the allowed "
+                            f"{allowed:g}%: {p.detail}")
+    failing = [p for p in v.pairs if not p.ok and not (p.kind == "lossy" and p.loss_pct <= allowed)]
+    port_mtu = {
+        (name, str(port.get("netdev"))): port.get("mtu")
+        for name, res in probes.items() for port in res.get("ports", []) if isinstance(port, dict)
+    }
     for half in sorted({p.half for p in failing}):
         bad = [p for p in failing if p.half == half]
         total = [p for p in v.pairs if p.half == half]
@@ -202,9 +215,20 @@ def judge(
                 culprits.append(name)
         for p in bad:
             netdev = p.netdev
-            v.problems.append(
-                f"jumbo ping ({size} B, DF) {p.src} {netdev} -> {p.dst} {p.dst_ip} failed: {p.detail}"
-            )
+            what = f"jumbo ping ({size} B, DF) {p.src} {netdev} -> {p.dst} {p.dst_ip}"
+            if p.kind == "mtu":
+                peer = cluster.node(p.dst)
+                peer_dev = str(peer.fabric_ports[half].netdev) if half < len(peer.fabric_ports) else "?"
+                v.problems.append(
+                    f"MTU broken: {what}: {p.detail}; host MTU {p.src} {netdev}="
+                    f"{port_mtu.get((p.src, netdev), '?')}, {p.dst} {peer_dev}="
+                    f"{port_mtu.get((p.dst, peer_dev), '?')} (want {mtu}), then the switch ports between them"
+                )
+            elif p.kind == "lossy":
+                v.problems.append(f"lossy: {what}: {p.detail}, above the {allowed:g}% "
+                                  "sparkctl_fabric.max_loss_pct allows")
+            else:
+                v.problems.append(f"unreachable: {what}: {p.detail}")
         if culprits:
             name = culprits[0]
             node = cluster.node(name)

@@ -155,7 +155,9 @@ def _probe(node: str, rank: int, *, mtu: int = 9000, failing: set[tuple[str, str
             ok = (node, peer, half) not in (failing or set())
             pings.append({"peer": peer, "index": half, "netdev": ports[half]["netdev"],
                           "src": f"10.77.{half}.{10 + rank}", "dst": f"10.77.{half}.{10 + peer_rank}",
-                          "ok": ok, "detail": "3/3 replies" if ok else "0/3 replies"})
+                          "ok": ok, "kind": "ok" if ok else "mtu",
+                          "detail": "5/5 replies" if ok else "0/15 replies over 3 rounds of 5, while small "
+                          "pings get 2/2: jumbo frames are dropped on the path"})
     return {"ports": ports, "pings": pings, "rdma": rdma}
 
 
@@ -182,10 +184,30 @@ def test_check_fabric_names_node_port_and_pair(run_cli: Any, example_copy: Path,
     doc = json.loads(res.out)
     assert doc["ok"] is False
     text = "\n".join(doc["problems"])
-    assert "spark-0 enp1s0f0np0 -> spark-2 10.77.0.12 failed" in text
+    assert "MTU broken: jumbo ping (8972 B, DF) spark-0 enp1s0f0np0 -> spark-2 10.77.0.12: 0/15 replies" in text
     assert "likely culprit: spark-2 enp1s0f0np0 (switch port qsfp56-dd-3-1)" in text
     assert len([p for p in doc["pairs"] if not p["ok"]]) == 6
     assert "likely culprit: spark-2 enp1s0f0np0" in res.err
+
+
+@pytest.mark.parametrize(("allowed", "code"), [(5.0, EXIT_FAILED), (25.0, EXIT_OK)])
+def test_a_lossy_pair_fails_only_above_the_allowed_loss(
+    run_cli: Any, example_copy: Path, fake: FakeRunner, allowed: float, code: int
+) -> None:
+    group_vars = example_copy / "group_vars" / "all" / "sparkctl.yml"
+    text = group_vars.read_text()
+    group_vars.write_text(text.replace("  mtu: 9000\n", f"  mtu: 9000\n  max_loss_pct: {allowed}\n", 1))
+    probes = {n: _probe(n, i) for i, n in enumerate(NODES)}
+    ping = probes["spark-1"]["pings"][0]
+    ping.update(ok=False, kind="lossy", loss_pct=20.0, detail="12/15 replies over 3 rounds of 5 (20% lost)")
+    fake.reported = {results.FABRIC_PROBE: probes}
+    res = run_cli("-i", str(example_copy), "--json", "check", "fabric")
+    assert res.code == code, res.err
+    doc = json.loads(res.out)
+    lossy = [p for p in doc["problems"] if p.startswith("lossy:")]
+    assert bool(lossy) is (code == EXIT_FAILED)
+    if lossy:
+        assert "12/15 replies" in lossy[0] and "above the 5% sparkctl_fabric.max_loss_pct allows" in lossy[0]
 
 
 def test_check_fabric_reports_unreachable_node(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:

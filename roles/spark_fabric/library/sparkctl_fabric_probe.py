@@ -15,7 +15,8 @@ short_description: Probe fabric ports (link, speed, MTU, GID) and jumbo-ping pee
 description:
   - For every fabric port, reports link state, speed, MTU and IPv4 addresses, and the RoCE v2 GID
     index of the port's address from /sys/class/infiniband when an RDMA device exists.
-  - Pings every peer address on the same half with C(ping -M do -s SIZE) (no fragmentation).
+  - Pings every peer address on the same half with C(ping -M do -s SIZE) (no fragmentation), in
+    rounds; a pair that never gets a full round is classed as lossy, mtu or unreachable.
   - Optionally reads PFC/pause/discard counters (C(ethtool -S)) of the fabric ports.
 options:
   ports:
@@ -33,7 +34,11 @@ options:
     type: int
     default: 8972
   count:
-    description: Pings per pair.
+    description: Pings per round and pair.
+    type: int
+    default: 5
+  rounds:
+    description: Rounds per pair; a pair passes at its first round with every reply.
     type: int
     default: 3
   timeout:
@@ -54,7 +59,8 @@ ports:
   returned: always
   type: list
 pings:
-  description: per peer and half - peer, index, netdev, src, dst, ok, received, sent, detail
+  description: per peer and half - peer, index, netdev, src, dst, ok, kind (ok, lossy, mtu, unreachable),
+    received, sent, rounds, loss_pct, detail
   returned: always
   type: list
 counters:
@@ -87,21 +93,49 @@ def port_facts(port, addresses):
     return info
 
 
-def ping(src_dev, dst, size, count, timeout):
+def _ping_once(src_dev, dst, size, count, timeout):
     argv = ["ping", "-n", "-q", "-M", "do", "-s", str(size), "-c", str(count), "-i", "0.2",
             "-W", str(timeout), "-I", src_dev, dst]
     rc, out, err = system.run(argv, timeout=count * (timeout + 1) + 5)
     m = re.search(r"(\d+) packets transmitted, (\d+) received", out)
     sent, recv = (int(m.group(1)), int(m.group(2))) if m else (count, 0)
-    text = (err or out).strip().splitlines()
-    detail = text[-1] if text else f"ping exited {rc}"
-    if rc == 0 and recv == sent:
-        detail = f"{recv}/{sent} replies"
-    elif "message too long" in (err or "").lower():
-        detail = "local MTU below the probe size (message too long)"
-    elif recv == 0:
-        detail = f"0/{sent} replies (jumbo frames dropped on the path, or peer down)"
-    return {"ok": rc == 0 and recv == sent, "sent": sent, "received": recv, "detail": detail}
+    text = (err or "") + "\n" + (out or "")
+    too_long = bool(re.search(r"message too long|frag needed|fragmentation needed", text, re.I))
+    return sent, recv, too_long
+
+
+def ping(src_dev, dst, size, count, timeout, rounds=3):
+    """Jumbo pings (DF) in rounds of ``count``; the pair passes at the first round with every reply.
+
+    A pair that never gets a full round is judged by what it got: ``mtu`` (no jumbo reply, or a
+    "message too long"/"fragmentation needed" answer, while small pings do get through),
+    ``lossy`` (some replies; the loss percentage over every round), or ``unreachable`` (not even
+    small pings get through). One lost packet on a busy link is therefore never a failure.
+    """
+    sent = recv = 0
+    too_long = False
+    for n in range(1, rounds + 1):
+        s, r, tl = _ping_once(src_dev, dst, size, count, timeout)
+        sent, recv, too_long = sent + s, recv + r, too_long or tl
+        if s and r == s:
+            return {"ok": True, "kind": "ok", "sent": sent, "received": recv, "rounds": n,
+                    "loss_pct": round(100.0 * (sent - recv) / sent, 1),
+                    "detail": f"{recv}/{sent} replies" + (f" ({n} rounds)" if n > 1 else "")}
+    loss = round(100.0 * (sent - recv) / sent, 1) if sent else 100.0
+    counts = f"{recv}/{sent} replies over {rounds} rounds of {count}"
+    if recv and not too_long:
+        kind, detail = "lossy", f"{counts} ({loss:g}% lost)"
+    else:
+        s, r, _ = _ping_once(src_dev, dst, 56, 2, timeout)
+        if too_long and r == 0 and recv == 0 and s:
+            kind, detail = "mtu", f"{counts}: the local port refuses {size} B without fragmenting"
+        elif r:
+            kind, detail = "mtu", (f"{counts}, while small pings get {r}/{s}: jumbo frames are dropped "
+                                   "on the path (an MTU below the probe size on a port or the switch)")
+        else:
+            kind, detail = "unreachable", f"{counts}, and 0/{s} small pings: the peer is unreachable"
+    return {"ok": False, "kind": kind, "sent": sent, "received": recv, "rounds": rounds,
+            "loss_pct": loss, "detail": detail}
 
 
 def counters(netdev):
@@ -124,7 +158,8 @@ def main():
             "ports": {"type": "list", "elements": "dict", "required": True},
             "peers": {"type": "list", "elements": "dict", "default": []},
             "size": {"type": "int", "default": 8972},
-            "count": {"type": "int", "default": 3},
+            "count": {"type": "int", "default": 5},
+            "rounds": {"type": "int", "default": 3},
             "timeout": {"type": "int", "default": 1},
             "counters": {"type": "bool", "default": False},
         },
@@ -145,7 +180,7 @@ def main():
                          "dst": str(ipaddress.ip_interface(dst).ip)})
 
     def work(job):
-        job.update(ping(job["netdev"], job["dst"], p["size"], p["count"], p["timeout"]))
+        job.update(ping(job["netdev"], job["dst"], p["size"], p["count"], p["timeout"], p["rounds"]))
 
     threads = [threading.Thread(target=work, args=(j,)) for j in jobs]
     for t in threads:

@@ -44,6 +44,7 @@ from sparkctl.model import load_inventory
 from sparkctl.qa.qualify import run_qualify
 from sparkctl.render import plan_document
 from sparkctl.serve import bootwatch, preflight, probe, redact, verdict
+from sparkctl.serve.guard import R4_MIN_MEM_AVAILABLE_GIB, MemoryGuard
 from sparkctl.ssh import fleet as remote
 
 # --- seams the CLI tests replace ------------------------------------------------------------------
@@ -301,9 +302,20 @@ def up(
 
         # From here on a unit may have started: every way out but success stops all ranks again
         # (a failure, a gate, Ctrl-C, an error while recording) and says what it really stopped.
+        # The memory guard samples every node every ~2 s for the whole start, whatever the gates
+        # are waiting on; below the floor it kills every rank at once (its own SSH connections).
+        guard_fleet = _guard_fleet(cluster)
+        guard = MemoryGuard(cluster, doc, guard_fleet, on_breach=lambda b: _abort_ranks(doc, guard_fleet))
+        guard.start()
         try:
             state, run_dir = _start_and_watch(cluster, doc, fleet, http, api_key, verbose, as_json, say)
+            guard.record_dir = run_dir
+            if guard.breach is not None:
+                raise bootwatch.GateFailure("memory guard", guard.breach.node, guard.breach.describe())
         except BaseException as exc:
+            guard.stop()
+            if guard.breach is not None and not isinstance(exc, bootwatch.GateFailure | KeyboardInterrupt):
+                exc = bootwatch.GateFailure("memory guard", guard.breach.node, guard.breach.describe())
             reason = (f"gate {exc.gate!r} failed" if isinstance(exc, bootwatch.GateFailure)
                       else "interrupted" if isinstance(exc, KeyboardInterrupt)
                       else "the start failed")
@@ -327,19 +339,40 @@ def up(
                 raise
             raise SparkctlError(f"`up` failed: {type(exc).__name__}: {exc}", hint=stopped,
                                 exit_code=EXIT_FAILED) from exc
+        guard.stop()
         seconds = time.monotonic() - started
-        mins = {n: r.mem_min for n, r in state.rows.items()}
+        mins = {n: min((v for v in (r.mem_min, guard.lowest.get(n)) if v is not None), default=None)
+                for n, r in state.rows.items()}
         if as_json:
             ui.print_json({"cluster": cluster.name, "result": "ready", "changed": True,
                            "seconds": round(seconds, 2), "boot_seconds": round(state.elapsed, 2),
-                           "min_mem_available": mins, "records": str(run_dir)})
+                           "min_mem_available": mins, "memory_guard": guard.summary(),
+                           "records": str(run_dir)})
         else:
             low = min((v for v in mins.values() if v is not None), default=None)
             say(f"{ui.OK} [bold green]ready[/bold green] in {seconds:.1f} s "
-                f"(gates {state.elapsed:.1f} s, lowest MemAvailable {_gib(low)} GiB); records in {run_dir}")
+                f"(gates {state.elapsed:.1f} s, lowest MemAvailable {_gib(low)} GiB against R4's published "
+                f"{R4_MIN_MEM_AVAILABLE_GIB} GiB); records in {run_dir}")
     finally:
         fleet.close()
         http.close()
+
+
+def _guard_fleet(cluster: Any) -> Any:
+    """The memory guard's own SSH connections (it samples while the gates use theirs)."""
+    return _fleet(cluster)
+
+
+def _abort_ranks(doc: dict[str, Any], fleet: Any) -> None:
+    """The memory guard's breach action: kill every rank now, on every node, without a playbook
+    (the start's own failure path runs `down` afterwards, which is idempotent)."""
+    unit = probe.unit_name(doc)
+    scripts = {}
+    for entry in doc["nodes"]:
+        container = probe.launch(entry).get("container")
+        kill = f"docker kill {container} >/dev/null 2>&1; " if container else ""
+        scripts[entry["name"]] = f"{kill}systemctl kill --signal=SIGKILL {unit} 2>/dev/null; true\n"
+    fleet.run(scripts, timeout=15)
 
 
 def _start_and_watch(cluster: Any, doc: dict[str, Any], fleet: Any, http: Any, api_key: str | None,

@@ -25,7 +25,10 @@ SECRET_FIELD = re.compile(
 # token, a Hugging Face token.
 _SHAPES = (
     (re.compile(r"(?i)(authorization:\s*bearer\s+)\S+"), r"\1" + REDACTED),
-    (re.compile(r"(?i)((?:admin[_-])?api[_-]?key[\"']?\s*[:=]\s*[\"']?)[^\"'\s,}]+"), r"\1" + REDACTED),
+    # a value in clear: quoted, or a bare word that is not JSON/YAML syntax (null, an object, ...)
+    # (quotes may come escaped, as in a file held inside a JSON document).
+    (re.compile(r"(?i)((?:admin[_-])?api[_-]?key(?:\\?[\"'])?\s*[:=]\s*(?:\\?[\"'])?)"
+                r"(?!(?:null|true|false|none)\b)[^\"'\\\s,{}\[\]<]+"), r"\1" + REDACTED),
     (re.compile(r"(?i)(--(?:admin-)?api-key[ =])\S+"), r"\1" + REDACTED),
     (re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"), REDACTED),
 )

@@ -1,0 +1,120 @@
+"""The memory guard: a thread that samples MemAvailable on every node every ~2 s for as long as a
+command runs (`up`, `qualify`, `bench`), whatever the command itself is waiting on (a 30 s HTTP
+call, a chat completion, the long-context request).
+
+When a node falls below the profile's floor the guard calls ``on_breach`` once (the commands stop
+every rank: a GB10 that runs out of unified memory takes the whole node down with it) and records
+the breach. It keeps the lowest MemAvailable seen per node, written to ``memory-guard.json`` in the
+run record next to the figure R4's published validation reports (19.52 GiB minimum reserve).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkctl.serve.probe import FleetLike, collect
+
+GIB = 1024**3
+# R4's validation receipt: the lowest MemAvailable any node showed across its published run.
+R4_MIN_MEM_AVAILABLE_GIB = 19.52
+
+
+@dataclass
+class Breach:
+    node: str
+    mem_available: int
+    floor: int
+    at: float
+
+    def describe(self) -> str:
+        return (f"{self.node}: MemAvailable {self.mem_available / GIB:.2f} GiB below the floor "
+                f"{self.floor / GIB:.2f} GiB")
+
+
+@dataclass
+class MemoryGuard:
+    """Start with ``start()``, stop with ``stop()`` (or use it as a context manager)."""
+
+    cluster: Any
+    doc: Mapping[str, Any]
+    fleet: FleetLike
+    on_breach: Callable[[Breach], None] | None = None
+    record_dir: Path | None = None
+    interval: float = 2.0
+    lowest: dict[str, int] = field(default_factory=dict)
+    samples: int = 0
+    breach: Breach | None = None
+    errors: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.floor = int(float(self.cluster.profile.memory.floor_gib) * GIB)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sparkctl-memory-guard", daemon=True)
+
+    def __enter__(self) -> MemoryGuard:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> MemoryGuard:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=max(15.0, 3 * self.interval))
+        self._write_summary()
+
+    def sample_once(self) -> None:
+        facts = collect(self.cluster, self.doc, self.fleet, "watch", timeout=max(5.0, 4 * self.interval))
+        now = time.time()
+        for name, f in facts.items():
+            mem = f.mem_available
+            if mem is None:
+                if not f.reachable or f.error:
+                    self.errors.append(f"{name}: {f.error or 'no answer'}")
+                continue
+            self.lowest[name] = mem if name not in self.lowest else min(self.lowest[name], mem)
+            if mem < self.floor and self.breach is None:
+                self.breach = Breach(name, mem, self.floor, now)
+                if self.on_breach is not None:
+                    self.on_breach(self.breach)
+        self.samples += 1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.sample_once()
+            except Exception as exc:  # a sampling problem must never kill the command it guards
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            if self.breach is not None:
+                return
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def summary(self) -> dict[str, Any]:
+        low = min(self.lowest.values(), default=None)
+        return {
+            "samples": self.samples,
+            "interval_s": self.interval,
+            "floor_gib": round(self.floor / GIB, 2),
+            "lowest_mem_available_gib": {n: round(v / GIB, 2) for n, v in sorted(self.lowest.items())},
+            "lowest_gib": round(low / GIB, 2) if low is not None else None,
+            "r4_published_lowest_gib": R4_MIN_MEM_AVAILABLE_GIB,
+            "breach": None if self.breach is None else self.breach.describe(),
+            "errors": self.errors[-20:],
+        }
+
+    def _write_summary(self) -> None:
+        if self.record_dir is None:
+            return
+        self.record_dir.mkdir(parents=True, exist_ok=True)
+        (self.record_dir / "memory-guard.json").write_text(json.dumps(self.summary(), indent=2) + "\n")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -14,6 +17,9 @@ from sparkctl.cli.shell import QUALIFY, example
 from sparkctl.errors import EXIT_FAILED, EXIT_OK
 from sparkctl.model import Cluster, load_inventory
 from sparkctl.qa.qualify import CheckResult, QualifyReport, new_results_dir, run_qualify
+from sparkctl.render import plan_document
+from sparkctl.serve.guard import MemoryGuard, abort_ranks
+from sparkctl.ssh.fleet import Fleet, targets_for
 
 if TYPE_CHECKING:
     from sparkctl.qa.bench import BenchReport, LevelResult
@@ -37,6 +43,37 @@ def _load(ctx: typer.Context) -> Cluster:
 
 
 # -------------------------------------------------------------------------------------------- qualify
+@contextlib.contextmanager
+def _guard(cluster: Cluster) -> Iterator[MemoryGuard]:
+    """The memory guard around a qualify or bench run: every node sampled every ~2 s on its own
+    SSH connections; below the floor every rank is killed (the run then fails on its requests)."""
+    doc = plan_document(cluster)
+    fleet = Fleet(targets_for(cluster))
+    guard = MemoryGuard(cluster, doc, fleet, on_breach=lambda b: abort_ranks(doc, fleet))
+    try:
+        with guard:
+            yield guard
+    finally:
+        fleet.close()
+
+
+def _guard_report(guard: MemoryGuard, out_dir: Path | None) -> dict[str, Any]:
+    guard.record_dir = out_dir
+    summary = guard.summary()
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "memory-guard.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _say_guard(summary: dict[str, Any]) -> None:
+    if summary.get("breach"):
+        ui.console.print(f"{ui.FAIL} memory guard: {summary['breach']} — every rank was stopped")
+    elif summary.get("lowest_gib") is not None:
+        ui.console.print(f"lowest MemAvailable {summary['lowest_gib']} GiB "
+                         f"(R4's published validation: {summary['r4_published_lowest_gib']} GiB)")
+
+
 def qualify_table(report: QualifyReport) -> Table:
     where = " · [bold yellow]simulator[/bold yellow]" if report.simulator else ""
     table = Table(
@@ -71,9 +108,29 @@ def qualify(
     """Check that rank 0 answers right: text, arithmetic at C8, images, JSON, tools, needle, determinism."""
     as_json = json_out or ctx.obj.json
     cluster = _load(ctx)
-
+    with _guard(cluster) as guard:
+        report = _qualify_run(cluster, suite.value, results, as_json)
+    memory = _guard_report(guard, report.results_dir)
+    passed = report.passed and not memory.get("breach")
     if as_json:
-        report = run_qualify(cluster, suite.value, results)
+        ui.print_json({**report.to_dict(), "memory_guard": memory})
+    else:
+        ui.console.print(qualify_table(report))
+        ui.console.print(f"evidence: {report.results_dir}")
+        _say_guard(memory)
+        if report.passed:
+            where = " on the simulator" if report.simulator else ""
+            ran = len(report.checks) - len(report.skipped)
+            skipped = f" ({len(report.skipped)} skipped)" if report.skipped else ""
+            ui.console.print(f"{ui.OK} all {ran} checks passed{where}{skipped}")
+        else:
+            ui.console.print(f"{ui.FAIL} failed: {', '.join(report.failed)}")
+    raise typer.Exit(EXIT_OK if passed else EXIT_FAILED)
+
+
+def _qualify_run(cluster: Cluster, suite: str, results: Path, as_json: bool) -> QualifyReport:
+    if as_json:
+        report = run_qualify(cluster, suite, results)
     else:
         with ui.console.status("qualify: connecting …") as status:
 
@@ -86,20 +143,8 @@ def qualify(
                     mark = ui.OK if result.passed else ui.FAIL
                     ui.console.print(f"{mark} {result.title} [dim]({result.seconds:.1f}s)[/dim]")
 
-            report = run_qualify(cluster, suite.value, results, on_progress=progress)
-    if as_json:
-        ui.print_json(report.to_dict())
-    else:
-        ui.console.print(qualify_table(report))
-        ui.console.print(f"evidence: {report.results_dir}")
-        if report.passed:
-            where = " on the simulator" if report.simulator else ""
-            ran = len(report.checks) - len(report.skipped)
-            skipped = f" ({len(report.skipped)} skipped)" if report.skipped else ""
-            ui.console.print(f"{ui.OK} all {ran} checks passed{where}{skipped}")
-        else:
-            ui.console.print(f"{ui.FAIL} failed: {', '.join(report.failed)}")
-    raise typer.Exit(EXIT_OK if report.passed else EXIT_FAILED)
+            report = run_qualify(cluster, suite, results, on_progress=progress)
+    return report
 
 
 # ---------------------------------------------------------------------------------------------- bench
@@ -200,19 +245,23 @@ def bench(
     names = parse_workloads(workload.value)
     cluster = _load(ctx)
     options = {"workloads": names, "concurrency": levels, "repeats": repeats, "warmup": warmup}
-    if as_json:
-        report = bench_cluster(cluster, **options)
-    else:
-        with ui.console.status("bench: connecting …") as status:
-            report = bench_cluster(
-                cluster, on_progress=lambda what: status.update(f"bench: {what} …"), **options
-            )
+    with _guard(cluster) as guard:
+        if as_json:
+            report = bench_cluster(cluster, **options)
+        else:
+            with ui.console.status("bench: connecting …") as status:
+                report = bench_cluster(
+                    cluster, on_progress=lambda what: status.update(f"bench: {what} …"), **options
+                )
     out_dir = new_results_dir(results, "bench")
+    memory = _guard_report(guard, out_dir)
     json_path = write_report(report, out_dir)
     plot_path = plot_ladder(report, plot or out_dir / "ladder.png")
     if as_json:
-        ui.print_json({**report.to_dict(), "results_json": str(json_path), "plot": str(plot_path)})
+        ui.print_json({**report.to_dict(), "memory_guard": memory, "results_json": str(json_path),
+                       "plot": str(plot_path)})
     else:
+        _say_guard(memory)
         ui.console.print(bench_table(report))
         ui.console.print(f"results: {json_path}\nplot:    {plot_path}")
         for err in report.errors[:5]:
@@ -223,7 +272,7 @@ def bench(
                 f"[yellow]warning:[/yellow] {short} request(s) stopped before max_tokens; "
                 "their rates are not comparable with the published figures"
             )
-    raise typer.Exit(EXIT_FAILED if report.errors else EXIT_OK)
+    raise typer.Exit(EXIT_FAILED if report.errors or memory.get("breach") else EXIT_OK)
 
 
 def register(app: typer.Typer) -> None:

@@ -44,7 +44,7 @@ from sparkctl.model import load_inventory
 from sparkctl.qa.qualify import run_qualify
 from sparkctl.render import plan_document
 from sparkctl.serve import bootwatch, preflight, probe, redact, verdict
-from sparkctl.serve.guard import R4_MIN_MEM_AVAILABLE_GIB, MemoryGuard
+from sparkctl.serve.guard import R4_MIN_MEM_AVAILABLE_GIB, MemoryGuard, abort_ranks
 from sparkctl.ssh import fleet as remote
 
 # --- seams the CLI tests replace ------------------------------------------------------------------
@@ -305,7 +305,7 @@ def up(
         # The memory guard samples every node every ~2 s for the whole start, whatever the gates
         # are waiting on; below the floor it kills every rank at once (its own SSH connections).
         guard_fleet = _guard_fleet(cluster)
-        guard = MemoryGuard(cluster, doc, guard_fleet, on_breach=lambda b: _abort_ranks(doc, guard_fleet))
+        guard = MemoryGuard(cluster, doc, guard_fleet, on_breach=lambda b: abort_ranks(doc, guard_fleet))
         guard.start()
         try:
             state, run_dir = _start_and_watch(cluster, doc, fleet, http, api_key, verbose, as_json, say)
@@ -361,18 +361,6 @@ def up(
 def _guard_fleet(cluster: Any) -> Any:
     """The memory guard's own SSH connections (it samples while the gates use theirs)."""
     return _fleet(cluster)
-
-
-def _abort_ranks(doc: dict[str, Any], fleet: Any) -> None:
-    """The memory guard's breach action: kill every rank now, on every node, without a playbook
-    (the start's own failure path runs `down` afterwards, which is idempotent)."""
-    unit = probe.unit_name(doc)
-    scripts = {}
-    for entry in doc["nodes"]:
-        container = probe.launch(entry).get("container")
-        kill = f"docker kill {container} >/dev/null 2>&1; " if container else ""
-        scripts[entry["name"]] = f"{kill}systemctl kill --signal=SIGKILL {unit} 2>/dev/null; true\n"
-    fleet.run(scripts, timeout=15)
 
 
 def _start_and_watch(cluster: Any, doc: dict[str, Any], fleet: Any, http: Any, api_key: str | None,

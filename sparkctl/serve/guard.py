@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkctl.serve.probe import FleetLike, collect
+from sparkctl.serve.probe import FleetLike, collect, launch, unit_name
 
 GIB = 1024**3
 # R4's validation receipt: the lowest MemAvailable any node showed across its published run.
@@ -118,3 +118,15 @@ class MemoryGuard:
             return
         self.record_dir.mkdir(parents=True, exist_ok=True)
         (self.record_dir / "memory-guard.json").write_text(json.dumps(self.summary(), indent=2) + "\n")
+
+
+def abort_ranks(doc: Mapping[str, Any], fleet: FleetLike) -> None:
+    """The breach action: kill every rank now, on every node, without a playbook (the command's
+    own failure path runs `down` afterwards, which is idempotent)."""
+    unit = unit_name(doc)
+    scripts = {}
+    for entry in doc["nodes"]:
+        container = launch(entry).get("container")
+        kill = f"docker kill {container} >/dev/null 2>&1; " if container else ""
+        scripts[entry["name"]] = f"{kill}systemctl kill --signal=SIGKILL {unit} 2>/dev/null; true\n"
+    fleet.run(scripts, timeout=15)

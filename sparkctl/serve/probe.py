@@ -24,7 +24,8 @@ RANK_PROCESS_WORDS = ("sglang serve", "sglang.launch_server", "sparkctl-sim-rank
 
 
 class FleetLike(Protocol):
-    targets: Mapping[str, Target]
+    @property
+    def targets(self) -> Mapping[str, Target]: ...
 
     def run(
         self, script: Any, timeout: float = ..., only: Iterable[str] | None = ...

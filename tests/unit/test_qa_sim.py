@@ -6,6 +6,7 @@ the simulator's environment knobs, waits for ``/ready``, and talks to it only ov
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -229,6 +230,25 @@ def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ui.console, "width", 250)
 
 
+class _QuietGuard:
+    """The memory guard's seam for a simulator on this machine (no nodes to sample over SSH)."""
+
+    def __init__(self, breach: str | None = None) -> None:
+        self.record_dir = None
+        self._breach = breach
+
+    def summary(self) -> dict[str, Any]:
+        return {"samples": 3, "lowest_gib": 20.5, "r4_published_lowest_gib": 19.52, "breach": self._breach}
+
+
+def _no_guard(breach: str | None = None) -> Any:
+    @contextlib.contextmanager
+    def guard(cluster: Any) -> Any:
+        yield _QuietGuard(breach)
+
+    return guard
+
+
 def _fake_cluster(sim: Sim, profile_name: str = "lab") -> types.SimpleNamespace:
     """What qa reads of a Cluster: the head's address, the API port, the key, the profile."""
     from sparkctl.profiles import load_profile
@@ -253,6 +273,7 @@ def test_cli_qualify_and_bench(
 
     sim = start_sim(SPARKCTL_SIM_TOKEN_RATE="400")
     monkeypatch.setattr(cli_qa, "_load", lambda ctx: _fake_cluster(sim, "r4-nvme"))
+    monkeypatch.setattr(cli_qa, "_guard", _no_guard())
     results = tmp_path / "results"
     res = run_cli("qualify", "--suite", "quick", "--json", "--results", str(results))
     assert res.code == 0, res.out + res.err
@@ -260,6 +281,14 @@ def test_cli_qualify_and_bench(
     assert doc["passed"] and doc["simulator"] is True and doc["suite"] == "quick"
     assert doc["skipped"] == []
     assert Path(doc["results_dir"]).parent == results
+    assert doc["memory_guard"]["lowest_gib"] == 20.5  # recorded next to R4's receipt
+    assert json.loads((Path(doc["results_dir"]) / "memory-guard.json").read_text())["r4_published_lowest_gib"]
+    # A breach during the run fails it, whatever the checks said.
+    breach = "spark-2: MemAvailable 1.90 GiB below the floor 2.50 GiB"
+    monkeypatch.setattr(cli_qa, "_guard", _no_guard(breach))
+    res = run_cli("qualify", "--suite", "quick", "--results", str(results))
+    assert res.code == 1 and "memory guard: spark-2: MemAvailable 1.90 GiB" in " ".join(res.out.split())
+    monkeypatch.setattr(cli_qa, "_guard", _no_guard())
 
     plot = tmp_path / "ladder.png"
     res = run_cli(
@@ -284,6 +313,7 @@ def test_cli_qualify_exits_1_naming_the_failed_check(
 
     sim = start_sim(SPARKCTL_SIM_FAULT="wrong-arithmetic")
     monkeypatch.setattr(cli_qa, "_load", lambda ctx: _fake_cluster(sim))
+    monkeypatch.setattr(cli_qa, "_guard", _no_guard())
     res = run_cli("qualify", "--suite", "full", "--results", str(tmp_path))
     assert res.code == 1, res.out + res.err
     assert "failed: arithmetic\n" in res.out, res.out

@@ -64,7 +64,8 @@ def vaulted(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Vaul
     doc = yaml.safe_load(site.read_text())
     doc["sparkctl_secrets"] = {"api_key": {"var": "vault_sparkctl_api_key"}}
     # The subject here is the key, not the fabric: ranks bootstrap and stage over the management
-    # network, so provisioning needs only the base and runtime roles.
+    # network, so provisioning needs only the base, runtime and firewall roles (the firewall must
+    # let the stage agents and the ranks talk over management).
     doc["sparkctl_fabric"].update(bootstrap_over="mgmt", stage_over_fabric=False)
     site.write_text(yaml.safe_dump(doc, sort_keys=False))
     vault = VaultLib([("default", VaultSecret(password_file.read_text().strip().encode()))])
@@ -94,7 +95,7 @@ def test_validate_and_plan_with_a_vaulted_key(vaulted: Vaulted) -> None:
 
 
 def test_provision_and_up_write_the_decrypted_key(vaulted: Vaulted) -> None:
-    _ok(vaulted.sparkctl("provision", "--tags", "base,runtime"), "provision")
+    _ok(vaulted.sparkctl("provision", "--tags", "base,runtime,firewall"), "provision")
     _ok(vaulted.sparkctl("stage"), "stage")
     up = vaulted.sparkctl("up", "--yes", json_out=True)
     _ok(up, "up")

@@ -10,7 +10,9 @@ description:
   - C(source=dir) takes a directory already on this host (C(path)); files are hard-linked into
     C(model_dir) (same filesystem) or copied through a verified C(.partial).
   - C(source=hf) downloads a Hugging Face repo at a pinned revision into C(model_dir) with
-    huggingface_hub's own resumable downloader (run it with an interpreter that has huggingface_hub).
+    huggingface_hub's own resumable downloader (run it with an interpreter that has huggingface_hub):
+    the space is checked against the hub's file sizes before the download, and every file is
+    compared with the hub's record (LFS SHA-256, or git blob id) after it, before any fan-out.
   - C(source=present) only (re)builds the manifest of what C(model_dir) holds (a controller
     directory copied by the role, or a re-run).
   - The manifest (every file's size and SHA-256) is saved as C(model_dir/.sparkctl-manifest.json);
@@ -27,6 +29,7 @@ options:
   full: {type: bool, default: false, description: Re-hash every file even when unchanged.}
   expected: {type: dict, description: A manifest to compare with (returns C(missing)); nothing is written.}
   layers: {type: list, elements: int, default: [1, 14], description: Engram layers whose row counts are returned.}
+  margin_gib: {type: float, default: 8.0, description: "source=hf: free space to keep beyond the download (checked before it)."}
 author: sparkctl
 """
 
@@ -37,6 +40,7 @@ engram: {description: Per Engram layer its row count, returned: when the checkpo
 missing: {description: Files of C(expected) this node lacks or holds with other bytes, returned: with expected, type: list}
 """
 
+import hashlib
 import os
 import time
 
@@ -67,17 +71,88 @@ def _from_dir(module, src, model_dir):
     return actions
 
 
-def _from_hf(module, model_dir):
+def _hub_files(module):
+    """The pinned revision's files as the hub records them: path -> size, LFS SHA-256, git blob id."""
     p = module.params
-    if not p["repo"] or not p["revision"]:
-        module.fail_json(msg="source=hf needs repo and a pinned revision")
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import HfApi
     except ImportError:
         module.fail_json(msg="huggingface_hub is not importable by this interpreter on the head; "
                              "the role installs it in spark_stage_hf_venv — check that task")
+    try:
+        info = HfApi().model_info(p["repo"], revision=p["revision"], files_metadata=True,
+                                  token=p["hf_token"] or None)
+    except Exception as exc:  # the hub's own errors: no such repo, revision or access
+        module.fail_json(msg=f"{p['_node']}: cannot read {p['repo']}@{p['revision']} from the hub: "
+                             f"{type(exc).__name__}: {exc}")
+    files = {}
+    for s in info.siblings or []:
+        lfs = getattr(s, "lfs", None)
+        if isinstance(lfs, dict):
+            sha, lfs_size = lfs.get("sha256"), lfs.get("size")
+        else:
+            sha, lfs_size = getattr(lfs, "sha256", None), getattr(lfs, "size", None)
+        files[s.rfilename] = {"size": s.size if s.size is not None else lfs_size, "sha256": sha,
+                              "blob_id": getattr(s, "blob_id", None)}
+    return files
+
+
+def _git_blob_id(path):
+    """Git's object id of a file (what the hub records for files kept outside LFS)."""
+    h = hashlib.sha1()  # noqa: S324 -- git's own object naming, not a security digest
+    h.update(f"blob {os.path.getsize(path)}\0".encode())
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _check_space(module, model_dir, hub):
+    """Before a byte is downloaded: the head must hold what is still missing, plus the margin."""
+    p = module.params
+    missing = sum(int(e["size"] or 0) for rel, e in hub.items()
+                  if not (os.path.isfile(os.path.join(model_dir, rel))
+                          and os.path.getsize(os.path.join(model_dir, rel)) == e["size"]))
+    probe = model_dir
+    while not os.path.isdir(probe):
+        probe = os.path.dirname(probe) or "/"
+    st = os.statvfs(probe)
+    free = st.f_bavail * st.f_frsize
+    need = missing + int(float(p["margin_gib"]) * (1 << 30))
+    if need > free:
+        module.fail_json(msg=f"{p['_node']}: not enough space in {model_dir} for {p['repo']}@{p['revision']}: "
+                             f"{missing / (1 << 30):.2f} GiB still to download + {p['margin_gib']} GiB margin, "
+                             f"{free / (1 << 30):.2f} GiB free; nothing was downloaded")
+    return missing
+
+
+def _verify_against_hub(module, model_dir, hub, built):
+    """Every file equals what the hub recorded (LFS SHA-256, or git blob id), before any fan-out."""
+    digests = {e["path"]: e["sha256"] for e in built["files"]}
+    bad = []
+    for rel, e in sorted(hub.items()):
+        local = os.path.join(model_dir, rel)
+        if not os.path.isfile(local):
+            bad.append(f"{rel}: missing after the download")
+        elif e["sha256"] and digests.get(rel) != e["sha256"]:
+            bad.append(f"{rel}: sha256 {digests.get(rel)} but the hub records {e['sha256']}")
+        elif not e["sha256"] and e["blob_id"] and _git_blob_id(local) != e["blob_id"]:
+            bad.append(f"{rel}: git blob {_git_blob_id(local)} but the hub records {e['blob_id']}")
+    if bad:
+        module.fail_json(msg=f"{module.params['_node']}: the downloaded checkpoint differs from what the hub "
+                             f"records for {module.params['repo']}@{module.params['revision']} "
+                             f"({len(bad)} file(s)); nothing was fanned out", mismatched=bad[:20])
+
+
+def _from_hf(module, model_dir, hub):
+    p = module.params
+    if not p["repo"] or not p["revision"]:
+        module.fail_json(msg="source=hf needs repo and a pinned revision")
+    from huggingface_hub import snapshot_download
+
+    missing = _check_space(module, model_dir, hub)
     if module.check_mode:
-        return [f"would download {p['repo']}@{p['revision']} into {model_dir}"]
+        return [f"would download {missing / (1 << 30):.2f} GiB of {p['repo']}@{p['revision']} into {model_dir}"]
     path = snapshot_download(repo_id=p["repo"], revision=p["revision"], local_dir=model_dir,
                              token=p["hf_token"] or None)
     return [f"downloaded {p['repo']}@{p['revision']} into {path}"]
@@ -95,6 +170,7 @@ def main():
             full=dict(type="bool", default=False),
             expected=dict(type="dict"),
             layers=dict(type="list", elements="int", default=[1, 14]),
+            margin_gib=dict(type="float", default=8.0),
             _node=dict(type="str", default=""),
         ),
         supports_check_mode=True,
@@ -121,7 +197,10 @@ def main():
     if p["source"] == "dir":
         actions = _from_dir(module, p["path"] or "", model_dir)
     elif p["source"] == "hf":
-        actions = _from_hf(module, model_dir)
+        if not p["repo"] or not p["revision"]:
+            module.fail_json(msg="source=hf needs repo and a pinned revision")
+        hub = _hub_files(module)
+        actions = _from_hf(module, model_dir, hub)
     if not os.path.isdir(model_dir) or not manifest.list_files(model_dir):
         if module.check_mode:
             module.exit_json(changed=True, actions=actions, node=node)
@@ -132,6 +211,8 @@ def main():
     elif p["source"] == "dir":
         ident = {"path": p["path"]}
     result = manifest.build(model_dir, previous, full=p["full"], source=ident or (previous or {}).get("source"))
+    if p["source"] == "hf" and not module.check_mode:
+        _verify_against_hub(module, model_dir, hub, result)
     changed = bool(actions) or previous is None or manifest.content_key(previous) != manifest.content_key(result)
     if not module.check_mode:
         if previous is None or manifest.content_key(previous) != manifest.content_key(result) \

@@ -53,7 +53,7 @@ def test_spark_host_gets_its_plan_entry() -> None:
     assert facts["cluster"] == "example" and facts["fabric"]["host_qos"] is True
     assert facts["fabric"]["subnets"] == ["10.77.0.0/24", "10.77.1.0/24"]
     assert facts["mgmt"]["subnet"] == "192.168.7.0/24"
-    assert facts["ports"] == {"dist_init": 29649, "api": 8004, "nccl_test": 29659}
+    assert facts["ports"] == {"dist_init": 29649, "api": 8004, "nccl_test": 29659, "exporter": 9477}
     assert facts["paths"]["engram_dir"] == "/mnt/nvme/engram-tp4"
     assert facts["tp_size"] == 4 and facts["memory"]["disk_margin_gib"] == 8
     assert "sparkctl_secret_refs" not in got

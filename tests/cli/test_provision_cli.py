@@ -196,7 +196,7 @@ def test_a_lossy_pair_fails_only_above_the_allowed_loss(
 ) -> None:
     group_vars = example_copy / "group_vars" / "all" / "sparkctl.yml"
     text = group_vars.read_text()
-    group_vars.write_text(text.replace("  mtu: 9000\n", f"  mtu: 9000\n  max_loss_pct: {allowed}\n", 1))
+    group_vars.write_text(text.replace("  max_loss_pct: 5\n", f"  max_loss_pct: {allowed}\n", 1))
     probes = {n: _probe(n, i) for i, n in enumerate(NODES)}
     ping = probes["spark-1"]["pings"][0]
     ping.update(ok=False, kind="lossy", loss_pct=20.0, detail="12/15 replies over 3 rounds of 5 (20% lost)")

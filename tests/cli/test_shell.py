@@ -4,6 +4,7 @@ commands in lifecycle order, node names and ranks from the inventory, profiles, 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -182,9 +183,14 @@ def test_results_directory_comes_from_the_environment(
 
     def fake_qualify(cluster: Any, suite: str, results: Path, **_: Any) -> Any:
         seen.append(results)
-        return SimpleNamespace(passed=True, to_dict=lambda: {"passed": True})
+        return SimpleNamespace(passed=True, to_dict=lambda: {"passed": True}, results_dir=results / "q")
+
+    @contextlib.contextmanager
+    def no_guard(cluster: Any) -> Any:  # the example's nodes are not there to be sampled
+        yield SimpleNamespace(record_dir=None, summary=lambda: {"breach": None, "lowest_gib": None})
 
     monkeypatch.setattr(qa_cli, "run_qualify", fake_qualify)
+    monkeypatch.setattr(qa_cli, "_guard", no_guard)
     monkeypatch.setenv("SPARKCTL_RESULTS", str(tmp_path / "evidence"))
     res = run_cli("-i", str(example_copy), "--json", "qualify")
     assert res.code == 0, res.err

@@ -31,7 +31,9 @@ def nft_works(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 @pytest.mark.parametrize("controller", ["192.168.7.1", "203.0.113.9"])
-def test_the_ruleset_and_the_controller_dropin_pass_nft(nft_works: Any, tmp_path: Path, controller: str) -> None:
+def test_the_ruleset_and_the_controller_dropin_pass_nft(
+    nft_works: Any, tmp_path: Path, controller: str
+) -> None:
     cluster = load_inventory(EXAMPLE)
     dropins = tmp_path / "firewall.d"
     dropins.mkdir()

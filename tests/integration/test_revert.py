@@ -88,3 +88,16 @@ def test_the_configuration_directory_is_private(provisioned: Any) -> None:
     for node in provisioned.nodes:
         mode = provisioned.exec(node, "stat", "-c", "%a", "/etc/sparkctl").stdout.strip()
         assert mode == "700", f"{node}: /etc/sparkctl is {mode}"
+
+
+def test_a_limited_provision_keeps_every_node_in_the_ssh_mesh(provisioned: Any) -> None:
+    lab = provisioned
+    proc = lab.run_sparkctl("provision", "--tags", "base", "--limit", TARGET, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    keys = lab.exec(TARGET, "sh", "-c", "sed -n '/BEGIN sparkctl mesh/,/END sparkctl mesh/p' "
+                    "$(getent passwd root | cut -d: -f6)/.ssh/authorized_keys").stdout
+    assert sum("sparkctl-mesh" in line for line in keys.splitlines()) == len(lab.nodes), keys
+    pinned = lab.exec(TARGET, "sh", "-c", "sed -n '/BEGIN sparkctl mesh/,/END sparkctl mesh/p' "
+                      "/etc/ssh/ssh_known_hosts").stdout
+    for node in lab.nodes:
+        assert any(line.startswith(f"{node},") for line in pinned.splitlines()), (node, pinned)

@@ -67,7 +67,7 @@ def exporter_argv(cluster: Cluster, node: Node) -> list[str]:
 
 
 def exporter_unit(cluster: Cluster, node: Node) -> str:
-    """sparkctl-exporter.service: always on, unprivileged, restarted when it dies."""
+    """sparkctl-exporter.service: always on, read-only and without capabilities, restarted when it dies."""
     path = EXPORTER_DIR + (f":{LAB_SIM_PATH}" if cluster.runtime.kind == "lab" else "")
     return f"""{c.header(f"Prometheus metrics of {node.name} (node exporter)").rstrip()}
 [Unit]
@@ -80,12 +80,16 @@ Type=exec
 WorkingDirectory={EXPORTER_DIR}
 Environment=PYTHONPATH={path} PYTHONDONTWRITEBYTECODE=1
 ExecStart={c.systemd_command(exporter_argv(cluster, node))}
-# Reading only: no root, no writes; binds the management address, so it waits for it.
-DynamicUser=yes
+# Reading only: root without any capability (systemctl reaches systemd over its private socket,
+# which needs uid 0; a dynamic user would need D-Bus and a name service that knows it), nothing
+# writable. It binds the management address, so it restarts until that address is up.
+CapabilityBoundingSet=
 NoNewPrivileges=yes
 ProtectSystem=strict
 ProtectHome=yes
 PrivateTmp=yes
+ProtectKernelTunables=yes
+ProtectControlGroups=yes
 Restart=always
 RestartSec=5
 

@@ -119,6 +119,14 @@ def test_exporters_run_on_every_node(serving: Lab) -> None:
         assert state == "active", f"{node}: {EXPORTER_UNIT} is {state}"
 
 
+def test_exporter_role_again_and_in_check_mode_changes_nothing(serving: Lab) -> None:
+    for extra in ([], ["--check"]):
+        proc = serving.run_sparkctl("provision", "--tags", "exporter", *extra, json_out=True, timeout=600)
+        _ok(proc, f"provision --tags exporter {' '.join(extra)}")
+        changed = {h: s["changed"] for h, s in json.loads(proc.stdout)["hosts"].items()}
+        assert all(n == 0 for n in changed.values()), (extra, changed)
+
+
 def test_prometheus_scrapes_every_node_and_finds_every_dashboard_series(prometheus: str) -> None:
     deadline = time.monotonic() + 90
     targets: list[dict[str, Any]] = []

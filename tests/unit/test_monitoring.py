@@ -162,7 +162,8 @@ def test_exporter_unit_and_firewall(example: Any) -> None:
     assert opts["--health-port"] == "8004" and opts["--engram-dir"] == "/mnt/nvme/engram-tp4"
     fabric = [b for a, b in itertools.pairwise(argv) if a == "--fabric"]
     assert fabric == [f"{p.netdev}:{p.hca}" for p in node.fabric_ports] and len(fabric) == 2
-    assert "--nvml-module" not in argv and "DynamicUser=yes" in unit
+    assert "--nvml-module" not in argv
+    assert "CapabilityBoundingSet=\n" in unit and "ProtectSystem=strict" in unit
     assert f"WorkingDirectory={monitoring.EXPORTER_DIR}" in unit
     assert "[Install]" in unit and "Restart=always" in unit
     nft = host.firewall(example, node)

@@ -9,8 +9,12 @@ shipped ``ansible.cfg`` (``content.ansible_cfg``), the same file a manual ``ansi
 in a clone uses.
 
 Secrets never reach the run directory: they are not put in ``envvars`` or ``extravars`` (both are
-written to files by ansible-runner). Roles read them with ``lookup('env', ...)`` from the process
-environment, which ansible-runner inherits.
+written to files by ansible-runner), and every secret variable leaves the environment that
+ansible-runner records for the length of the run; the playbook reads them from an in-memory file
+instead (``sparkctl.model.secretenv``), so a run killed mid-way leaves no secret on disk.
+
+Size: one module on purpose — the run directory, the event collector and ``execute`` share the
+run's lifecycle (and the scrubbing in its ``finally``), and read best side by side.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 Each check reads the parts of the draft that validated and adds problems; none raises, none
 touches the network. The memory arithmetic itself lives on the profile (`Profile.memory_problems`,
 `kv_pool_gib`, ...); the disk budget, which needs the nodes, lives here.
+
+Size: one module on purpose — every check is a small function over the same draft, and ``CHECKS``
+(the order they run in) is the one list a reader needs to see them all.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ environment) is added by ``sparkctl.render`` and is refused here, so no fact liv
 Sites tune a profile with ``sparkctl_profile_overrides`` (same shape as the file): mappings merge
 per key (``args``, ``env``, ``memory``, ``gates``, ``simulator``), lists and scalars replace. In
 ``args`` a value of ``false`` drops a flag; in ``env`` a value of ``null`` drops a variable.
+
+Size: one module on purpose — the profile schema and its loader (merge, validation, messages)
+describe one YAML file; SGLang's own flag catalogue lives apart in ``flags``.
 """
 
 from __future__ import annotations

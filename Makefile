@@ -59,6 +59,7 @@ lint: venv
 
 unit: venv sglang
 	SPARKCTL_SGLANG_PYTHON=$(CURDIR)/$(SGL_VENV)/bin/python $(BIN)/pytest -q tests/unit/test_sglang_parser.py
+	SPARKCTL_SGLANG_PYTHON=$(CURDIR)/$(SGL_VENV)/bin/python $(BIN)/sparkctl validate --strict -i inventory/example
 	$(BIN)/pytest -q tests/unit tests/cli
 
 # Includes tests/integration/test_wheel_install.py: the wheel check with `provision --check` on the lab.

@@ -6,7 +6,7 @@ Add a command by writing its function and one line in ``register``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -74,22 +74,42 @@ def validate_table(cluster: Cluster) -> Table:
     return table
 
 
-def validate(ctx: typer.Context) -> None:
-    """Check the inventory: every field, cross-checks, memory and disk budgets. Nothing is contacted."""
+def validate(
+    ctx: typer.Context,
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="Require SGLang's own parser (`make sglang`); exit 2 without it."),
+    ] = False,
+) -> None:
+    """Check the inventory: every field, cross-checks, memory and disk budgets. Nothing is contacted.
+
+    Every flag is checked against SGLang's flag catalogue; with SGLang installed (`make sglang`) the
+    rendered command lines also go through SGLang's own parser, and the output says whether it ran."""
     state = ctx.obj
-    if not state.json:
-        cluster = load_cluster(ctx)
-        sglang_check.ensure_accepted_if_available(cluster)
-        ui.console.print(validate_table(cluster))
-        return
     try:
         cluster = load_cluster(ctx)
-        sglang_check.ensure_accepted_if_available(cluster)
+        parser_ran = sglang_check.ensure_accepted_if_available(cluster)
+        if strict and not parser_ran:
+            raise SparkctlError(
+                f"SGLang {sglang_check.SGLANG_VERSION}'s own parser is not installed; --strict asks for it",
+                hint="run `make sglang` (or point SPARKCTL_SGLANG_PYTHON at an interpreter with SGLang)",
+                exit_code=EXIT_USAGE,
+            )
     except SparkctlError as exc:
+        if not state.json:
+            raise
         errors = exc.details or [exc.message + (f" — {exc.hint}" if exc.hint else "")]
         ui.print_json({"ok": False, "message": exc.message, "errors": errors})
         raise typer.Exit(exc.exit_code if exc.exit_code else EXIT_USAGE) from None
-    ui.print_json({"ok": True, **cluster_summary(cluster)})
+    sglang = f"SGLang {sglang_check.SGLANG_VERSION}'s own parser"
+    parser = (f"{sglang} accepted every rank's command line" if parser_ran else
+              f"{sglang} did not run (not installed: `make sglang`); every flag was checked against "
+              "its flag catalogue")
+    if state.json:
+        ui.print_json({"ok": True, "sglang_parser": parser_ran, **cluster_summary(cluster)})
+        return
+    ui.console.print(validate_table(cluster))
+    ui.console.print(f"{ui.OK if parser_ran else ui.SKIP} {parser}")
 
 
 def register(app: typer.Typer) -> None:

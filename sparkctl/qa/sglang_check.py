@@ -204,7 +204,9 @@ def install_stubs() -> None:
 
 def python() -> str:
     """The interpreter that has SGLang: $SPARKCTL_SGLANG_PYTHON (a separate venv), else this one."""
-    return os.environ.get("SPARKCTL_SGLANG_PYTHON") or sys.executable
+    given = os.environ.get("SPARKCTL_SGLANG_PYTHON")
+    # A relative path means the caller's directory (the check runs its child elsewhere).
+    return os.path.abspath(given) if given and os.sep in given else given or sys.executable
 
 
 @functools.cache

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from sparkctl.errors import EXIT_OK, EXIT_USAGE
+from sparkctl.qa import sglang_check
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "inventory" / "example"
@@ -93,3 +94,17 @@ def test_validate_lab_style_inventory(example_copy: Path, run_cli: Any, no_netwo
     result = run_cli("-i", str(example_copy), "--json", "validate")
     assert result.code == EXIT_OK, result.out
     assert json.loads(result.out)["profile"] == "lab"
+
+
+def test_validate_says_when_sglangs_parser_did_not_run_and_strict_refuses(
+    run_cli: Any, no_network: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sglang_check, "available", lambda: False)
+    result = run_cli("-i", str(EXAMPLE), "validate")
+    assert result.code == EXIT_OK, result.err
+    assert "own parser did not run" in " ".join(result.out.split())
+    doc = json.loads(run_cli("-i", str(EXAMPLE), "--json", "validate").out)
+    assert doc["ok"] is True and doc["sglang_parser"] is False
+    strict = run_cli("-i", str(EXAMPLE), "validate", "--strict")
+    assert strict.code == EXIT_USAGE
+    assert "--strict asks for it" in " ".join(strict.err.split())

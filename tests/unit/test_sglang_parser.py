@@ -40,9 +40,18 @@ def test_lab_profile_parses(example: Any) -> None:
     assert sglang_check.check_argv(rank_argv(cluster, cluster.head)) == []
 
 
+def _bypassing_the_catalogue(name: str, args: dict[str, Any]) -> Any:
+    """A profile with ``args`` merged in without sparkctl's own flag checks (which refuse them at
+    load time), so that SGLang's parser is what answers."""
+    with pytest.raises(InputError):
+        load_profile(name, {"args": args})
+    prof = load_profile(name)
+    return prof.model_copy(update={"args": {**prof.args, **args}})
+
+
 def test_bad_choice_quotes_sglang(example: Any) -> None:
     cluster = example.model_copy(
-        update={"profile": load_profile("r4-nvme", {"args": {"--kv-cache-dtype": "fp16"}})}
+        update={"profile": _bypassing_the_catalogue("r4-nvme", {"--kv-cache-dtype": "fp16"})}
     )
     with pytest.raises(InputError) as err:
         sglang_check.ensure_accepted(cluster)
@@ -54,7 +63,7 @@ def test_bad_choice_quotes_sglang(example: Any) -> None:
 
 
 def test_unknown_flag_quotes_sglang(example: Any) -> None:
-    cluster = example.model_copy(update={"profile": load_profile("m1-1m", {"args": {"--tp-sizee": 4}})})
+    cluster = example.model_copy(update={"profile": _bypassing_the_catalogue("m1-1m", {"--tp-sizee": 4})})
     errors = sglang_check.check_argv(rank_argv(cluster, cluster.head))
     assert errors == ["sglang serve: error: unrecognized arguments: --tp-sizee 4"]
 

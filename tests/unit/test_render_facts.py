@@ -148,6 +148,7 @@ def test_validate_json_prints_the_cluster_facts(run_cli: Any) -> None:
     assert result.code == 0, result.err
     doc = json.loads(result.out)
     assert doc.pop("ok") is True
+    assert isinstance(doc.pop("sglang_parser"), bool)  # whether SGLang's own parser ran too
     assert doc == json.loads(json.dumps(cluster_facts(load_inventory(EXAMPLE))))
 
 

@@ -56,6 +56,8 @@ def check(host: str, port: int, known_hosts: str, timeout: float = 10.0) -> tupl
     transport = paramiko.Transport(sock)
     try:
         transport.start_client(timeout=timeout)
+        if not transport.is_active() or not transport.initial_kex_done:
+            return False, f"{name}: no SSH key exchange within {timeout:g} s", None
         key = transport.get_remote_server_key()
     except (paramiko.SSHException, EOFError, OSError) as exc:
         return False, f"{name}: the SSH key exchange failed: {exc}", None

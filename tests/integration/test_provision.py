@@ -84,7 +84,8 @@ def test_check_fabric_names_a_switch_port_at_mtu_1500(lab: Any, provisioned: dic
     assert proc.returncode == 1
     text = "\n".join(doc["problems"])
     assert "switch port s2a (spark-2 enp1s0f0np0): MTU 1500" in text
-    assert "-> spark-2 10.251.0.12 failed" in text  # a failing ordered pair, named
+    # a failing ordered pair, named and classed: small pings pass, jumbo ones do not
+    assert "MTU broken: jumbo ping" in text and "-> spark-2 10.251.0.12: 0/15 replies" in text
     assert "likely culprit: spark-2 enp1s0f0np0 (switch port s2a)" in text
     assert "spark-2" in proc.stderr and "s2a" in proc.stderr
     failing = {(p["src"], p["dst"]) for p in doc["pairs"] if not p["ok"]}

@@ -137,6 +137,13 @@ def test_manual_ansible_playbook_works(lab: Any, provisioned: dict[str, Any]) ->
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
     recap = proc.stdout[proc.stdout.rindex("PLAY RECAP"):]
+    # Which tasks changed what, for the message (TASK header, then `changed: [host]`).
+    task, changed = "", []
+    for ln in proc.stdout.splitlines():
+        if ln.startswith("TASK ["):
+            task = ln
+        elif ln.startswith("changed: ["):
+            changed.append(f"{task} {ln}")
     for n in NODES:
         line = next(ln for ln in recap.splitlines() if ln.startswith(n))
-        assert "changed=0" in line and "failed=0" in line and "unreachable=0" in line, line
+        assert "changed=0" in line and "failed=0" in line and "unreachable=0" in line, (line, changed)

@@ -29,29 +29,26 @@ UNIT_PROPS = ("ActiveState", "SubState", "MainPID", "Result", "ExecMainStatus",
               "ActiveEnterTimestampMonotonic", "InvocationID")
 
 
+def _digest(path, h):
+    """Feed the file at ``path`` into hash object ``h``; its hex digest, or None when unreadable."""
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
 def _keyed(path, key):
     """HMAC-SHA256 of a file under a key the controller made up for this probe: the digest says
     whether the file is what the controller expects, and nothing to anyone who reads it later (a
     plain digest of a known template plus an API key is a key-guessing oracle)."""
-    h = hmac.new(bytes.fromhex(key), digestmod=hashlib.sha256)
-    try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    except OSError:
-        return None
-    return h.hexdigest()
+    return _digest(path, hmac.new(bytes.fromhex(key), digestmod=hashlib.sha256))
 
 
 def _sha256(path):
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    except OSError:
-        return None
-    return h.hexdigest()
+    return _digest(path, hashlib.sha256())
 
 
 def unit_state(name):

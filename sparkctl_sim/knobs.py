@@ -1,5 +1,7 @@
 """The simulator's own knobs: environment variables (faults, speeds, memory) that the lab profile's
-``simulator:`` section maps onto, read once at start."""
+``simulator:`` section maps onto, read once at start. The ``SPARKCTL_SIM_KIT_*`` ones come from the
+profile's serving kit instead: with them the simulated rank runs the kit launcher's checks first
+(``sparkctl_sim.kit``)."""
 
 from __future__ import annotations
 
@@ -45,6 +47,28 @@ KNOBS: tuple[Knob, ...] = (
     Knob("SPARKCTL_SIM_PEER_TIMEOUT_S", "3", "silence after which a peer counts as lost"),
     Knob("SPARKCTL_SIM_HEAD_LOSS_EXIT_S", "10", "a worker exits (status 1) this long after losing rank 0"),
     Knob("SPARKCTL_SIM_DEFAULT_MAX_TOKENS", "128", "completion budget when a request sets no max_tokens"),
+    Knob(
+        "SPARKCTL_SIM_KIT_DIR",
+        "",
+        "absolute path where the serving kit is mounted; set, the simulator runs the kit launcher's "
+        "checks (simulated) before it may become ready and prints the kit's readiness markers; unset, "
+        "no kit checks",
+    ),
+    Knob(
+        "SPARKCTL_SIM_KIT_MANIFEST",
+        "patches/manifest.json",
+        "the overlay manifest inside the kit ({rel: {before_sha256, after_sha256}}), relative to KIT_DIR",
+    ),
+    Knob(
+        "SPARKCTL_SIM_KIT_TARGET",
+        "/sgl-workspace/sglang",
+        "absolute root where each overlay must sit: TARGET/<rel> with its after_sha256",
+    ),
+    Knob(
+        "SPARKCTL_SIM_KIT_ADAPTERS",
+        "",
+        "comma list of kit directories (relative to KIT_DIR) that must be on PYTHONPATH",
+    ),
 )
 
 
@@ -100,6 +124,10 @@ class Knobs:
     peer_timeout_s: float = 3.0
     head_loss_exit_s: float = 10.0
     default_max_tokens: int = 128
+    kit_dir: str | None = None
+    kit_manifest: str = "patches/manifest.json"
+    kit_target: str = "/sgl-workspace/sglang"
+    kit_adapters: tuple[str, ...] = ()
 
     def has(self, fault: str) -> bool:
         return fault in self.faults
@@ -117,6 +145,10 @@ class Knobs:
             "peer_timeout_s": self.peer_timeout_s,
             "head_loss_exit_s": self.head_loss_exit_s,
             "default_max_tokens": self.default_max_tokens,
+            "kit_dir": self.kit_dir,
+            "kit_manifest": self.kit_manifest,
+            "kit_target": self.kit_target,
+            "kit_adapters": list(self.kit_adapters),
         }
 
 
@@ -131,6 +163,16 @@ def _num(env: Mapping[str, str], name: str, default: str, kind: type, minimum: f
     return value
 
 
+def _kit_path(name: str, raw: str, absolute: bool) -> str:
+    """A kit path knob: absolute, or relative to the kit without ``..``."""
+    raw = raw.strip()
+    if absolute and not os.path.isabs(raw):
+        raise ArgError(f"{name}={raw!r} must be an absolute path")
+    if not absolute and (os.path.isabs(raw) or ".." in raw.split("/") or not raw.strip("/.")):
+        raise ArgError(f"{name}={raw!r} must be a path inside the kit (relative, no '..')")
+    return os.path.normpath(raw)
+
+
 def load_knobs(env: Mapping[str, str] | None = None) -> Knobs:
     env = os.environ if env is None else env
     defaults = {k.env: k.default for k in KNOBS}
@@ -143,6 +185,14 @@ def load_knobs(env: Mapping[str, str] | None = None) -> Knobs:
     rate = _num(env, "SPARKCTL_SIM_TOKEN_RATE", defaults["SPARKCTL_SIM_TOKEN_RATE"], float, 0.0)
     if rate <= 0:
         raise ArgError("SPARKCTL_SIM_TOKEN_RATE must be positive")
+    kit_dir = env.get("SPARKCTL_SIM_KIT_DIR", "").strip() or None
+    if kit_dir is not None:
+        kit_dir = _kit_path("SPARKCTL_SIM_KIT_DIR", kit_dir, absolute=True)
+    adapters = tuple(
+        _kit_path("SPARKCTL_SIM_KIT_ADAPTERS", a, absolute=False)
+        for a in env.get("SPARKCTL_SIM_KIT_ADAPTERS", "").split(",")
+        if a.strip()
+    )
     return Knobs(
         boot_delay_s=_num(env, "SPARKCTL_SIM_BOOT_DELAY_S", defaults["SPARKCTL_SIM_BOOT_DELAY_S"], float, 0),
         token_rate=rate,
@@ -163,4 +213,16 @@ def load_knobs(env: Mapping[str, str] | None = None) -> Knobs:
         default_max_tokens=_num(
             env, "SPARKCTL_SIM_DEFAULT_MAX_TOKENS", defaults["SPARKCTL_SIM_DEFAULT_MAX_TOKENS"], int, 1
         ),
+        kit_dir=kit_dir,
+        kit_manifest=_kit_path(
+            "SPARKCTL_SIM_KIT_MANIFEST",
+            env.get("SPARKCTL_SIM_KIT_MANIFEST", "").strip() or defaults["SPARKCTL_SIM_KIT_MANIFEST"],
+            absolute=False,
+        ),
+        kit_target=_kit_path(
+            "SPARKCTL_SIM_KIT_TARGET",
+            env.get("SPARKCTL_SIM_KIT_TARGET", "").strip() or defaults["SPARKCTL_SIM_KIT_TARGET"],
+            absolute=True,
+        ),
+        kit_adapters=adapters,
     )

@@ -3,9 +3,11 @@
 Usage: ``sparkctl-sim-rank [serve] <the SGLang argv>`` with the environment a real rank gets; the
 simulator's own knobs are ``SPARKCTL_SIM_*`` environment variables (``--sim-help`` lists them).
 
-Lifecycle: bind HTTP (answers 503 until ready) → rendezvous at --dist-init-addr → "load" (boot
-delay, memory held) → workers report ready, rank 0 warms up and logs "The server is fired up and
-ready to roll!". SIGTERM on rank 0 drains in-flight requests (at once with SGL_FORCE_SHUTDOWN=1 or
+Lifecycle: with ``SPARKCTL_SIM_KIT_DIR`` set, first the serving kit launcher's checks (simulated,
+``sparkctl_sim.kit``: a failure logs what is wrong and exits 1 without serving) → bind HTTP
+(answers 503 until ready) → rendezvous at --dist-init-addr → "load" (boot delay, memory held; the
+kit's readiness markers) → workers report ready, rank 0 warms up and logs "The server is fired up
+and ready to roll!". SIGTERM on rank 0 drains in-flight requests (at once with SGL_FORCE_SHUTDOWN=1 or
 when the group is already broken), broadcasts shutdown and exits 0; workers ignore SIGTERM and exit
 0 on that broadcast, or 1 some seconds after losing rank 0.
 """
@@ -22,6 +24,14 @@ from typing import Any
 
 from sparkctl_sim import SGLANG_VERSION, metrics
 from sparkctl_sim.config import PROG, ArgError, ServerConfig, parse_argv
+from sparkctl_sim.kit import (
+    KitCheckFailed,
+    KitReport,
+    check_kit,
+    engram_markers,
+    moe_layout_marker,
+    roce_markers,
+)
 from sparkctl_sim.knobs import KNOBS, Knobs, load_knobs
 from sparkctl_sim.log import Log
 from sparkctl_sim.model import Responder
@@ -44,6 +54,7 @@ class RankProcess:
         self.sched = Scheduler(cfg.max_running_requests)
         self.responder = Responder(knobs, cfg.served_model_name)
         self.held: bytearray | None = None
+        self.kit: KitReport | None = None  # set once the kit launcher's checks passed
         self._exit = threading.Event()
         self._exit_code = 0
         self._exit_lock = threading.Lock()
@@ -119,9 +130,15 @@ class RankProcess:
         self.log.info(f"holding {self.knobs.hold_mib} MiB of memory (simulated weights and KV cache)")
 
     def _boot(self) -> None:
+        if self.kit is not None:
+            for line in roce_markers(self.cfg, os.environ):
+                self.log.info(line)
         self.log.info("Load weight begin. (simulated)")
         self._hold_memory()
         time.sleep(self.knobs.boot_delay_s)
+        if self.kit is not None:
+            for line in [*engram_markers(self.kit, self.cfg, os.environ), moe_layout_marker(self.cfg)]:
+                self.log.info(line)
         self.log.info(f"Load weight end. (simulated, {self.knobs.boot_delay_s:g} s)")
         self.booted.set()
         if isinstance(self.group, Worker):
@@ -195,6 +212,16 @@ class RankProcess:
         )
         self.log.info(f"argv: {' '.join(cfg.argv)}")
         self.log.info(f"knobs: {self.knobs.as_dict()}")
+        if self.knobs.kit_dir:
+            try:
+                self.kit = check_kit(self.knobs, cfg, os.environ)
+            except KitCheckFailed as exc:
+                count = len(exc.problems)
+                self.log.error(
+                    f"simulated kit launcher check failed, nothing served ({count} problem(s)): {exc}"
+                )
+                return 1
+            self.log.info(self.kit.summary())
         host, port = str(cfg["host"]), int(cfg["port"])
         try:
             self.http = SimHTTPServer((host, port), self)
@@ -251,6 +278,7 @@ class RankProcess:
                     "environment": environment_snapshot(),
                     "peers": self.group.peer_states() if isinstance(self.group, Head) else [],
                     "health_problem": self.health_problem(),
+                    "kit": self.kit.as_dict() if self.kit is not None else None,
                     "uptime_s": round(time.time() - self.started_wall, 1),
                 },
             }
@@ -264,7 +292,9 @@ class RankProcess:
 USAGE = f"""usage: {PROG} [serve] <SGLang argv>
 
 Stands in for one SGLang {SGLANG_VERSION} rank (`sglang serve <argv>`): same flags, same endpoints, a
-small deterministic model. Simulator knobs are environment variables:
+small deterministic model. With SPARKCTL_SIM_KIT_DIR set it first runs the serving kit launcher's
+checks (simulated; a failure exits 1 without serving) and logs the kit's readiness markers while it
+"loads". Simulator knobs are environment variables:
 """
 
 

@@ -201,7 +201,7 @@ def _check_packed(packed_dir: str, rank: int, tp: int) -> tuple[str, list[Packed
     if (doc.get("rank"), doc.get("tp")) != (rank, tp):
         recorded = f"rank {doc.get('rank')} of {doc.get('tp')}"
         return mpath, [], [f"packed Engram: {mpath} records {recorded}, not rank {rank} of {tp}"]
-    by_name = {f.get("name"): f for f in doc["files"] if isinstance(f, dict)}
+    by_name = {f["name"]: f for f in doc["files"] if isinstance(f, dict) and isinstance(f.get("name"), str)}
     shards: list[PackedShard] = []
     problems: list[str] = []
     for layer in ENGRAM_LAYERS:

@@ -179,6 +179,17 @@ def _header_of_layer(layer: int) -> Callable[[Kit], None]:
     return change
 
 
+def _mangle_packed_manifest(k: Kit) -> None:
+    path = k.packed / "manifest-r1of4.json"
+    doc = json.loads(path.read_text())
+    for entry in doc["files"]:
+        if entry["layer"] == 1:
+            entry["name"] = [entry["name"]]
+        else:
+            del entry["lo"]
+    path.write_text(json.dumps(doc))
+
+
 # (id, change, expected text in the problem line; {kit}, {target}, {packed}, {model} filled in)
 FAILURES: list[tuple[str, Callable[[Kit], None], str]] = [
     (
@@ -227,6 +238,16 @@ FAILURES: list[tuple[str, Callable[[Kit], None], str]] = [
         "packed-manifest-missing",
         lambda k: (k.packed / "manifest-r1of4.json").unlink(),
         "packed Engram: manifest-r1of4.json missing in {packed} (DSV41_PACKED_DIR)",
+    ),
+    (
+        "packed-manifest-entry-unnamed",
+        _mangle_packed_manifest,
+        "packed Engram: engram-l1-r1of4.bin not listed in {packed}/manifest-r1of4.json",
+    ),
+    (
+        "packed-manifest-entry-incomplete",
+        _mangle_packed_manifest,
+        "packed Engram: {packed}/manifest-r1of4.json: entry engram-l14-r1of4.bin lacks lo/hi/rows/size",
     ),
     (
         "packed-file-missing",

@@ -411,8 +411,8 @@ def _run_rank(kit: Kit, env: dict[str, str], tmp: Path, timeout: float = 20) -> 
 
 
 def _gate_counts(log: str) -> dict[str, int]:
-    """Lines per marker pattern of the lab profile's gates, counted as the node-side probe counts."""
-    patterns = {m.pattern for m in load_profile("lab").gates.log_markers}
+    """Lines per marker pattern of the kit profiles' gates, counted as the node-side probe counts."""
+    patterns = {m.pattern for name in ("lab", "r4-nvme") for m in load_profile(name).gates.log_markers}
     return {p: sum(1 for line in log.splitlines() if re.search(p, line)) for p in patterns}
 
 

@@ -1,0 +1,371 @@
+"""The engine image on a node: probe, build, save, load, compare (standard library only; runs on the nodes).
+
+``sparkctl stage image`` makes the image once on the head (pull by digest, build from the kit's
+Dockerfile, or load a ``docker save`` archive from the controller), then — only when a worker's
+image ID differs from the head's — writes ``docker save <ref> | zstd`` to
+``<run_dir>/images/<id16>/image.tar.zst`` (hashed while it is written, renamed when complete),
+fans that directory out with the staging chain (:func:`sparkctl.stage.transfer.run_node`), and
+``docker load``\\ s it on each worker whose data root has the room. The image ID must then be the
+same on every node (and equal the inventory's pin, when there is one).
+
+An image referenced by digest (``name@sha256:…``) keeps no repository digest through save/load,
+so on a node that loaded it the reference does not resolve: such a node is looked up by the
+expected image ID instead, and the loaded image is tagged ``<name>:sparkctl-<id12>`` so that it
+is never dangling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from typing import Any
+
+from . import manifest as mf
+
+ARCHIVE = "image.tar.zst"
+ARCHIVE_PLAIN = "image.tar"
+IMAGES_DIR = "images"
+BLOCK = 8 << 20
+DIGEST_REF = re.compile(r"@sha256:[0-9a-f]{64}$")
+IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+class ImageError(RuntimeError):
+    """A step on one node failed; the message names the node and what to do."""
+
+
+def _gib(n: float) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+def _docker(argv: list[str], timeout: float | None = 120, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["docker", *argv], capture_output=True, text=True, timeout=timeout, check=False, **kw
+    )
+
+
+def is_digest_ref(ref: str) -> bool:
+    return bool(DIGEST_REF.search(ref))
+
+
+def repository(ref: str) -> str:
+    """``name`` of ``name:tag`` / ``name@sha256:…`` (a registry port stays part of the name)."""
+    name = ref.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    if ":" in last:
+        name = name[: len(name) - len(last)] + last.split(":", 1)[0]
+    return name
+
+
+def archive_dir(run_dir: str, image_id: str) -> str:
+    """``<run_dir>/images/<first 16 hex of the ID>``: one directory per image, the chain's root."""
+    return os.path.join(run_dir, IMAGES_DIR, image_id.split(":", 1)[-1][:16])
+
+
+def inspect(ref: str) -> dict[str, Any] | None:
+    """``{"id", "size"}`` of the image ``ref`` (a reference or an ID), or None when absent."""
+    proc = _docker(["image", "inspect", "--format", "{{.Id}} {{.Size}}", ref])
+    if proc.returncode != 0:
+        return None
+    ident, _, size = proc.stdout.strip().partition(" ")
+    return {"id": ident, "size": int(size or 0)}
+
+
+def engine() -> dict[str, Any]:
+    """Docker on this node: ``{"ok", "error", "root", "runtimes", "version"}``."""
+    if shutil.which("docker") is None:
+        return {"ok": False, "error": "the docker command is not installed", "root": "", "runtimes": []}
+    try:
+        proc = _docker(["info", "--format", "{{json .}}"], timeout=60)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": "docker info did not answer within 60 s", "root": "", "runtimes": []}
+    doc: dict[str, Any] = {}
+    with contextlib.suppress(ValueError):
+        doc = json.loads(proc.stdout or "{}")
+    if proc.returncode != 0 or not doc.get("ServerVersion"):
+        err = (proc.stderr.strip() or proc.stdout.strip() or "no answer").splitlines()[-1][:300]
+        return {"ok": False, "error": f"the Docker engine does not answer: {err}", "root": "", "runtimes": []}
+    return {
+        "ok": True,
+        "error": "",
+        "root": str(doc.get("DockerRootDir") or "/var/lib/docker"),
+        "runtimes": sorted(doc.get("Runtimes") or {}),
+        "version": str(doc.get("ServerVersion")),
+    }
+
+
+def free_bytes(path: str) -> tuple[str, int, int]:
+    """(the nearest existing directory, its filesystem's device, free bytes for an unprivileged writer)."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    st = os.statvfs(probe)
+    return probe, os.stat(probe).st_dev, st.f_bavail * st.f_frsize
+
+
+def node_image(ref: str, want_id: str | None) -> dict[str, Any] | None:
+    """The image this node would run for ``ref``: by reference, or by ID for a digest reference."""
+    found = inspect(ref)
+    if found is None and want_id and is_digest_ref(ref):
+        found = inspect(want_id)
+        if found is not None:
+            found["by"] = "id"
+    elif found is not None:
+        found["by"] = "ref"
+    return found
+
+
+def probe(ref: str, run_dir: str, want_id: str | None = None) -> dict[str, Any]:
+    """Everything stage needs to know about this node, changing nothing."""
+    eng = engine()
+    out: dict[str, Any] = {"engine": eng, "zstd": shutil.which("zstd") is not None, "image": None}
+    if eng["ok"]:
+        out["image"] = node_image(ref, want_id)
+    return out
+
+
+# --- the head: build, save ----------------------------------------------------------------------
+
+_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?\s*$", re.IGNORECASE)
+
+
+def base_images(dockerfile_text: str) -> list[str]:
+    """The images a Dockerfile starts from (earlier stages and ``scratch`` excluded)."""
+    stages: set[str] = set()
+    bases: list[str] = []
+    for line in dockerfile_text.splitlines():
+        m = _FROM.match(line)
+        if not m:
+            continue
+        image, alias = m.group(1), m.group(2)
+        if image.lower() != "scratch" and image.lower() not in stages and image not in bases:
+            bases.append(image)
+        if alias:
+            stages.add(alias.lower())
+    return bases
+
+
+def build(ref: str, context: str, dockerfile: str, node: str, timeout: float = 7200) -> dict[str, Any]:
+    """``docker build`` of ``context`` on this node without pulling: every base must be here already."""
+    path = os.path.join(context, dockerfile)
+    if not os.path.isdir(context):
+        raise ImageError(
+            f"{node}: the kit is not staged ({context} is missing); run `sparkctl stage kit` first"
+        )
+    if not os.path.isfile(path):
+        raise ImageError(
+            f"{node}: the kit has no {dockerfile} ({path} is missing); the image cannot be built"
+        )
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        missing = [b for b in base_images(fh.read()) if "$" not in b and inspect(b) is None]
+    if missing:
+        raise ImageError(
+            f"{node}: the base image(s) {', '.join(missing)} of {dockerfile} are not on this node and a "
+            "build never pulls; load them first (docker load) or use image_source: pull|archive"
+        )
+    before = inspect(ref)
+    proc = _docker(["build", "--pull=false", "-f", path, "-t", ref, context], timeout=timeout)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        raise ImageError(f"{node}: docker build of {ref} failed:\n{tail}")
+    after = inspect(ref)
+    if after is None:
+        raise ImageError(f"{node}: docker build succeeded but {ref} does not resolve")
+    return {"changed": before is None or before["id"] != after["id"], "image": after, "previous": before}
+
+
+def save(ref: str, image_id: str, run_dir: str, node: str, compress: bool = True) -> dict[str, Any]:
+    """The archive of ``image_id`` (saved under ``ref``) and its manifest; an existing one is reused.
+
+    ``docker save | zstd`` is written to ``<archive>.partial`` and hashed as it arrives; the
+    rename happens only when both processes exited 0 and the image under ``ref`` is still
+    ``image_id``. Returns ``{"changed", "dir", "manifest"}``.
+    """
+    root = archive_dir(run_dir, image_id)
+    name = ARCHIVE if compress else ARCHIVE_PLAIN
+    with contextlib.suppress(mf.ManifestError):
+        doc = mf.load(root)
+        if (
+            doc
+            and [e["path"] for e in doc["files"]] == [name]
+            and (doc.get("source") or {}).get("image_id") == image_id
+            and all(mf.quick_ok(root, doc, doc).values())
+        ):
+            return {"changed": False, "dir": root, "manifest": doc}
+    os.makedirs(root, exist_ok=True)
+    final = os.path.join(root, name)
+    part = final + mf.PARTIAL
+    h = hashlib.sha256()
+    size = 0
+    saver = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    producer = saver
+    zstd = None
+    if compress:
+        zstd = subprocess.Popen(
+            ["zstd", "-T0", "-3", "-q", "-c"],
+            stdin=saver.stdout,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        saver.stdout.close()  # type: ignore[union-attr]  # zstd holds the read end now
+        producer = zstd
+    try:
+        with open(part, "wb", buffering=0) as out:
+            while chunk := producer.stdout.read(BLOCK):  # type: ignore[union-attr]
+                h.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
+            os.fsync(out.fileno())
+    finally:
+        errs = [p.communicate()[1].decode(errors="replace").strip() for p in (saver, zstd) if p is not None]
+    rcs = [p.returncode for p in (saver, zstd) if p is not None]
+    if any(rcs):
+        with contextlib.suppress(OSError):
+            os.unlink(part)
+        raise ImageError(
+            f"{node}: docker save {ref}{' | zstd' if compress else ''} failed: {' '.join(errs)[-400:]}"
+        )
+    now = inspect(ref)
+    if now is None or now["id"] != image_id:
+        os.unlink(part)
+        raise ImageError(f"{node}: {ref} changed while it was saved; re-run `sparkctl stage image`")
+    os.replace(part, final)
+    st = os.stat(final)
+    doc = {
+        "version": mf.VERSION,
+        "source": {"image_id": image_id, "ref": ref, "compress": "zstd" if compress else "none"},
+        "total_bytes": size,
+        "files": [{"path": name, "size": size, "sha256": h.hexdigest(), "mtime_ns": st.st_mtime_ns}],
+    }
+    mf.save(root, doc)
+    return {"changed": True, "dir": root, "manifest": doc}
+
+
+# --- the workers: space, load -------------------------------------------------------------------
+
+
+def space_check(
+    node: str, run_dir: str, data_root: str, archive_bytes: int, image_bytes: int, margin: int
+) -> list[dict[str, Any]]:
+    """Raise ImageError naming the node when the archive plus the loaded layers (+ margin) do not fit."""
+    need: dict[int, list[Any]] = {}
+    for path, nbytes in ((os.path.join(run_dir, IMAGES_DIR), archive_bytes), (data_root, image_bytes)):
+        probe_path, dev, free = free_bytes(path)
+        entry = need.setdefault(dev, [probe_path, 0, free])
+        entry[1] += nbytes
+    report = []
+    for probe_path, nbytes, free in need.values():
+        report.append(
+            {"path": probe_path, "needed_bytes": nbytes, "free_bytes": free, "margin_bytes": margin}
+        )
+        if nbytes and nbytes + margin > free:
+            raise ImageError(
+                f"{node}: not enough space on the filesystem of {probe_path} for the image: needs "
+                f"{_gib(nbytes + margin)} ({_gib(nbytes)} + {_gib(margin)} margin), {_gib(free)} free; "
+                "nothing was loaded and the previous image stays — free space (docker image prune) and re-run"
+            )
+    return report
+
+
+def load(
+    node: str,
+    archive: str,
+    ref: str,
+    expected_id: str | None,
+    data_root: str,
+    image_bytes: int,
+    margin: int,
+    timeout: float = 7200,
+) -> dict[str, Any]:
+    """``zstd -dc <archive> | docker load`` (plain ``docker load`` for a .tar), then check the ID.
+
+    Refuses before loading when docker's data root lacks the room. A failed load leaves the
+    reference on the previous image: docker moves a tag only once the whole image is in.
+    """
+    probe_path, _dev, free = free_bytes(data_root)
+    if image_bytes + margin > free:
+        raise ImageError(
+            f"{node}: docker's data root {probe_path} has {_gib(free)} free; loading the image needs "
+            f"{_gib(image_bytes + margin)} ({_gib(image_bytes)} + {_gib(margin)} margin); nothing was "
+            "loaded and the previous image stays — free space (docker image prune) and re-run"
+        )
+    before = node_image(ref, expected_id)
+    if archive.endswith(".zst"):
+        dec = subprocess.Popen(["zstd", "-dc", "-q", archive], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            proc = subprocess.run(
+                ["docker", "load", "-q"],
+                stdin=dec.stdout,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        finally:
+            dec.stdout.close()  # type: ignore[union-attr]
+            dec_err = dec.communicate()[1].decode(errors="replace").strip()
+        failed = dec.returncode != 0 or proc.returncode != 0
+        err = f"{dec_err} {proc.stderr.strip()}".strip()
+    else:
+        proc = _docker(["load", "-q", "-i", archive], timeout=timeout)
+        failed, err = proc.returncode != 0, proc.stderr.strip()
+    if failed:
+        raise ImageError(
+            f"{node}: docker load of {archive} failed ({err[-400:] or 'no message'}); "
+            "the previous image stays"
+        )
+    if expected_id and is_digest_ref(ref):  # no repository digest survives save/load: tag it by ID
+        _docker(["tag", expected_id, f"{repository(ref)}:sparkctl-{expected_id.split(':')[-1][:12]}"])
+    after = node_image(ref, expected_id)
+    if after is None:
+        raise ImageError(
+            f"{node}: after docker load of {archive}, {ref} does not resolve: the archive holds "
+            "another image (docker save it under that reference)"
+        )
+    if expected_id and after["id"] != expected_id:
+        raise ImageError(f"{node}: after docker load, {ref} is {after['id']}, not the expected {expected_id}")
+    return {
+        "changed": before is None or before["id"] != after["id"],
+        "image": after,
+        "output": proc.stdout.strip(),
+    }
+
+
+def clean(run_dir: str, keep: list[str], dry_run: bool = False) -> list[str]:
+    """Remove every archive directory under ``<run_dir>/images`` except those of the ``keep`` IDs."""
+    base = os.path.join(run_dir, IMAGES_DIR)
+    keep_dirs = {os.path.basename(archive_dir(run_dir, i)) for i in keep if i}
+    removed = []
+    with contextlib.suppress(FileNotFoundError):
+        for name in sorted(os.listdir(base)):
+            path = os.path.join(base, name)
+            if name in keep_dirs or name == "incoming" or not os.path.isdir(path):
+                continue
+            if not dry_run:
+                shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+# --- the cluster: one ID everywhere ---------------------------------------------------------------
+
+
+def verify(node: str, ref: str, reference_id: str, pinned: bool = False) -> dict[str, Any]:
+    """This node's image under ``ref`` must be ``reference_id`` (the pin, else the head's ID)."""
+    found = node_image(ref, reference_id)
+    whose = "the pinned image" if pinned else "the head's"
+    if found is None:
+        raise ImageError(
+            f"{node}: has no image under {ref} ({whose} is {reference_id}); run `sparkctl stage image`"
+        )
+    if found["id"] != reference_id:
+        raise ImageError(
+            f"{node}: the image under {ref} is {found['id']}, not {whose} {reference_id}; "
+            "run `sparkctl stage image` (it replaces the odd image)"
+        )
+    return found

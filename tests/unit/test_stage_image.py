@@ -1,0 +1,283 @@
+"""`stage image` on one node, against a fake docker on PATH (tests/fixtures/fake_docker.py): the archive
+written and reused, loads checked by image ID, refusals that name the node (a differing image, a full
+data root, a missing kit or base image), and the spark_image module run through Ansible itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkctl.stage import image
+from sparkctl.stage import manifest as mf
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE = REPO / "tests" / "fixtures" / "fake_docker.py"
+ANSIBLE = Path(sys.executable).parent / "ansible"
+HEAD_ID = "sha256:" + "a" * 64
+OTHER_ID = "sha256:" + "b" * 64
+REF = "sparkctl-lab/engine:kit"
+
+needs_zstd = pytest.mark.skipif(shutil.which("zstd") is None, reason="zstd is not installed")
+
+
+class Docker:
+    """One fake node's docker: its state file, and the PATH that finds it."""
+
+    def __init__(self, tmp: Path, name: str):
+        self.state = tmp / f"{name}-docker.json"
+        self.root = tmp / f"{name}-docker-root"
+        self.root.mkdir()
+        self.bin = tmp / f"{name}-bin"
+        self.bin.mkdir()
+        (self.bin / "docker").symlink_to(FAKE)
+        self.write({"images": {}, "root": str(self.root)})
+
+    def read(self) -> dict[str, Any]:
+        return json.loads(self.state.read_text())
+
+    def write(self, doc: dict[str, Any]) -> None:
+        self.state.write_text(json.dumps(doc))
+
+    def add(self, ident: str, ref: str, size: int = 4096) -> None:
+        doc = self.read()
+        for other in doc["images"].values():
+            if ref in other["tags"]:
+                other["tags"].remove(ref)
+        doc["images"].setdefault(ident, {"size": size, "tags": []})["tags"].append(ref)
+        self.write(doc)
+
+    def env(self) -> dict[str, str]:
+        return {"FAKE_DOCKER_STATE": str(self.state), "PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}"}
+
+
+@pytest.fixture
+def docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Docker:
+    d = Docker(tmp_path, "node")
+    for k, v in d.env().items():
+        monkeypatch.setenv(k, v)
+    return d
+
+
+def test_probe_reads_the_engine_and_the_image(docker: Docker, tmp_path: Path) -> None:
+    docker.add(HEAD_ID, REF, size=1234)
+    doc = image.probe(REF, str(tmp_path / "run"))
+    assert doc["engine"]["ok"] and doc["engine"]["root"] == str(docker.root)
+    assert doc["image"] == {"id": HEAD_ID, "size": 1234, "by": "ref"}
+
+
+def test_probe_names_an_engine_that_does_not_answer(docker: Docker, tmp_path: Path) -> None:
+    docker.write({**docker.read(), "down": True})
+    doc = image.probe(REF, str(tmp_path / "run"))
+    assert not doc["engine"]["ok"] and "Cannot connect to the Docker daemon" in doc["engine"]["error"]
+    assert doc["image"] is None
+
+
+def test_a_digest_reference_is_found_by_id_after_a_load(docker: Docker) -> None:
+    ref = "nvcr.io/x/sglang@sha256:" + "c" * 64
+    docker.add(HEAD_ID, "nvcr.io/x/sglang:sparkctl-aaaaaaaaaaaa")
+    assert image.node_image(ref, None) is None
+    assert image.node_image(ref, HEAD_ID) == {"id": HEAD_ID, "size": 4096, "by": "id"}
+    assert image.repository(ref) == "nvcr.io/x/sglang"
+    assert image.repository("registry:5000/a/b:tag") == "registry:5000/a/b"
+
+
+@needs_zstd
+def test_save_writes_a_hashed_archive_and_reuses_it(docker: Docker, tmp_path: Path) -> None:
+    docker.add(HEAD_ID, REF)
+    run = str(tmp_path / "run")
+    first = image.save(REF, HEAD_ID, run, "spark-0")
+    assert first["changed"] and first["dir"] == f"{run}/images/{'a' * 16}"
+    entry = first["manifest"]["files"][0]
+    path = Path(first["dir"]) / entry["path"]
+    assert entry["path"] == image.ARCHIVE and entry["size"] == path.stat().st_size
+    assert entry["sha256"] == mf.file_sha256(str(path))
+    assert not list(Path(first["dir"]).glob("*.partial"))
+    assert image.save(REF, HEAD_ID, run, "spark-0")["changed"] is False
+
+
+def test_save_refuses_when_the_image_is_gone(docker: Docker, tmp_path: Path) -> None:
+    with pytest.raises(image.ImageError, match="spark-0: docker save sparkctl-lab/engine:kit failed"):
+        image.save(REF, HEAD_ID, str(tmp_path / "run"), "spark-0", compress=False)
+    assert not list((tmp_path / "run" / "images").rglob("image.tar*"))
+
+
+@needs_zstd
+def test_load_puts_the_heads_image_in_and_checks_its_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    head, worker = Docker(tmp_path, "head"), Docker(tmp_path, "worker")
+    head.add(HEAD_ID, REF)
+    worker.add(OTHER_ID, REF)
+    for k, v in head.env().items():
+        monkeypatch.setenv(k, v)
+    saved = image.save(REF, HEAD_ID, str(tmp_path / "run"), "spark-0")
+    archive = str(Path(saved["dir"]) / image.ARCHIVE)
+    for k, v in worker.env().items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(
+        image.ImageError, match=f"spark-2: the image under {REF} is {OTHER_ID}, not the head's"
+    ):
+        image.verify("spark-2", REF, HEAD_ID)
+    res = image.load("spark-2", archive, REF, HEAD_ID, str(worker.root), 4096, 0)
+    assert res["changed"] and res["image"]["id"] == HEAD_ID
+    assert image.verify("spark-2", REF, HEAD_ID)["id"] == HEAD_ID
+
+
+def test_load_refuses_a_full_data_root_and_keeps_the_previous_image(docker: Docker, tmp_path: Path) -> None:
+    docker.add(OTHER_ID, REF)
+    archive = tmp_path / "image.tar"
+    archive.write_bytes(f"FAKEIMAGE {HEAD_ID} {REF}\n".encode())
+    free = shutil.disk_usage(docker.root).free
+    with pytest.raises(
+        image.ImageError, match=r"spark-3: docker's data root .* free; loading the image needs"
+    ):
+        image.load("spark-3", str(archive), REF, HEAD_ID, str(docker.root), free + (1 << 30), 0)
+    assert image.inspect(REF) == {"id": OTHER_ID, "size": 4096}
+
+
+def test_a_failed_load_names_the_node_and_keeps_the_previous_image(docker: Docker, tmp_path: Path) -> None:
+    docker.add(OTHER_ID, REF)
+    archive = tmp_path / "image.tar"
+    archive.write_bytes(b"truncated")
+    with pytest.raises(image.ImageError, match=r"spark-1: docker load of .* failed .*unexpected EOF"):
+        image.load("spark-1", str(archive), REF, HEAD_ID, str(docker.root), 0, 0)
+    assert image.inspect(REF)["id"] == OTHER_ID  # type: ignore[index]
+
+
+def test_an_archive_of_another_image_is_refused(docker: Docker, tmp_path: Path) -> None:
+    archive = tmp_path / "image.tar"
+    archive.write_bytes(f"FAKEIMAGE {OTHER_ID} {REF}\n".encode())
+    with pytest.raises(
+        image.ImageError, match=f"spark-1: after docker load, {REF} is {OTHER_ID}, not the expected"
+    ):
+        image.load("spark-1", str(archive), REF, HEAD_ID, str(docker.root), 0, 0)
+
+
+def test_space_check_names_the_node_and_the_filesystem(tmp_path: Path) -> None:
+    free = shutil.disk_usage(tmp_path).free
+    report = image.space_check("spark-1", str(tmp_path / "run"), str(tmp_path), 1 << 20, 1 << 20, 0)
+    assert report[0]["needed_bytes"] == 2 << 20  # one filesystem: archive + layers together
+    with pytest.raises(image.ImageError, match=f"spark-1: not enough space on the filesystem of {tmp_path}"):
+        image.space_check("spark-1", str(tmp_path / "run"), str(tmp_path), free, 1 << 20, 0)
+
+
+def test_base_images_skip_stages_and_scratch() -> None:
+    text = (
+        "FROM sparkctl-lab/engine-base:bookworm AS base\nRUN true\nFROM base\n"
+        "FROM --platform=linux/arm64 scratch\n"
+    )
+    assert image.base_images(text) == ["sparkctl-lab/engine-base:bookworm"]
+
+
+def test_build_refuses_a_missing_kit_and_a_missing_base(docker: Docker, tmp_path: Path) -> None:
+    kit = tmp_path / "kit" / "current"
+    with pytest.raises(image.ImageError, match=r"spark-0: the kit is not staged .*sparkctl stage kit"):
+        image.build(REF, str(kit), "docker/Dockerfile", "spark-0")
+    (kit / "docker").mkdir(parents=True)
+    (kit / "docker" / "Dockerfile").write_text("FROM sparkctl-lab/engine-base:bookworm\nCOPY . /opt/kit\n")
+    with pytest.raises(
+        image.ImageError, match=r"spark-0: the base image.* engine-base:bookworm of .* never pulls"
+    ):
+        image.build(REF, str(kit), "docker/Dockerfile", "spark-0")
+    docker.add(OTHER_ID, "sparkctl-lab/engine-base:bookworm")
+    built = image.build(REF, str(kit), "docker/Dockerfile", "spark-0")
+    assert built["changed"] and image.inspect(REF)["id"] == built["image"]["id"]  # type: ignore[index]
+    assert image.build(REF, str(kit), "docker/Dockerfile", "spark-0")["changed"] is False
+
+
+def test_clean_keeps_only_the_current_archive(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    for ident in (HEAD_ID, OTHER_ID):
+        Path(image.archive_dir(str(run), ident)).mkdir(parents=True)
+    (run / "images" / "incoming").mkdir()
+    assert image.clean(str(run), [HEAD_ID], dry_run=True) == [image.archive_dir(str(run), OTHER_ID)]
+    assert Path(image.archive_dir(str(run), OTHER_ID)).exists()
+    image.clean(str(run), [HEAD_ID])
+    assert sorted(p.name for p in (run / "images").iterdir()) == ["aaaaaaaaaaaaaaaa", "incoming"]
+
+
+# --- the module through Ansible (AnsiballZ packing with the module_utils symlinks) ---------------
+
+
+def run_module(args: dict[str, Any], env: dict[str, str], check: bool = False) -> tuple[bool, dict[str, Any]]:
+    full_env = {
+        **os.environ,
+        **env,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_LIBRARY": str(REPO / "roles" / "spark_image" / "library"),
+        "ANSIBLE_MODULE_UTILS": str(REPO / "roles" / "spark_image" / "module_utils"),
+        "ANSIBLE_VARS_ENABLED": "host_group_vars",
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.minimal",
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    argv = [
+        str(ANSIBLE),
+        "localhost",
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        "-m",
+        "spark_image",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "-a",
+        json.dumps(args),
+    ]
+    if check:
+        argv.append("--check")
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, env=full_env, cwd=REPO, timeout=180, check=False
+    )
+    head, sep, body = proc.stdout.partition(" => ")
+    assert sep, proc.stdout + proc.stderr
+    res = json.loads(body)
+    return "FAILED" in head or bool(res.get("failed")), res
+
+
+@pytest.mark.skipif(not ANSIBLE.exists(), reason="ansible is not installed next to this python")
+def test_module_verify_names_the_odd_node(tmp_path: Path) -> None:
+    d = Docker(tmp_path, "spark-2")
+    d.add(OTHER_ID, REF)
+    failed, res = run_module(
+        {"action": "verify", "node": "spark-2", "ref": REF, "expected_id": HEAD_ID}, d.env()
+    )
+    assert failed and res["msg"].startswith(
+        f"spark-2: the image under {REF} is {OTHER_ID}, not the head's {HEAD_ID}"
+    )
+    failed, res = run_module(
+        {"action": "verify", "node": "spark-2", "ref": REF, "expected_id": HEAD_ID, "pinned": True},
+        d.env(),
+        check=True,
+    )
+    assert failed and "not the pinned image" in res["msg"]
+    failed, res = run_module({"action": "probe", "node": "spark-2", "ref": REF}, d.env(), check=True)
+    assert not failed and res["image"]["id"] == OTHER_ID and res["changed"] is False
+
+
+@pytest.mark.skipif(not ANSIBLE.exists(), reason="ansible is not installed next to this python")
+def test_module_preflight_refuses_a_short_node_before_anything_moves(tmp_path: Path) -> None:
+    d = Docker(tmp_path, "spark-3")
+    free = shutil.disk_usage(tmp_path).free
+    failed, res = run_module(
+        {
+            "action": "preflight",
+            "node": "spark-3",
+            "run_dir": str(tmp_path / "run"),
+            "data_root": str(d.root),
+            "archive_bytes": free,
+            "image_bytes": 1 << 30,
+            "margin_gib": 0,
+        },
+        d.env(),
+    )
+    assert failed and res["msg"].startswith("spark-3: not enough space on the filesystem of")
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,218 @@
+"""Where a serving kit comes from: a git commit, a directory or a tarball, made into one checked tree.
+
+Standard library only: it runs as the ``spark_kit_source`` module on the controller (git, and a
+``dir``/``tar`` kit kept there) or on the head (a ``dir``/``tar`` kit kept there). The result is a
+directory holding exactly the kit's tree (no ``.git``), its file manifest and version
+(``sparkctl.nodeside.kit``), with every overlay checked against its ``after_sha256`` and the
+manifest's overlays against the profile's list — before a byte moves to a node.
+
+* git — the exact commit is fetched into a bare cache repository under the state directory
+  (``<cache>/git/<hash of the URL>``), once: a commit the cache already holds is not fetched
+  again. A branch or tag name is refused (it moves), and so is a commit the repository does not
+  have. The tree is exported with ``git archive`` into ``<cache>/trees/<commit>``.
+* dir — the directory itself is the tree (``.git`` inside it is ignored).
+* tar — extracted (regular files and directories only) into ``<cache>/trees/tree-<16 hex>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from typing import Any
+
+from ..nodeside import kit as nk
+
+GIT_TIMEOUT_S = 1800
+
+
+class KitSourceError(RuntimeError):
+    """The kit cannot be obtained or is not the configured one (the message says what to fix)."""
+
+
+def _git(
+    args: list[str], cwd: str | None = None, timeout: float = GIT_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+    try:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env,
+                              timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise KitSourceError("git is not installed on this machine (needed for a git kit)") from None
+    except subprocess.TimeoutExpired:
+        raise KitSourceError(f"git {args[0]} did not finish within {timeout:.0f} s") from None
+
+
+def _tail(proc: subprocess.CompletedProcess[str]) -> str:
+    lines = (proc.stderr or proc.stdout or "").strip().splitlines()
+    return lines[-1] if lines else f"exit {proc.returncode}"
+
+
+def check_commit(commit: Any) -> str:
+    """The commit as given when it is 40 lowercase hex; a branch, tag or short hash is refused."""
+    text = str(commit or "").strip()
+    if nk.COMMIT.match(text):
+        return text
+    if len(text) < 40 and all(c in "0123456789abcdef" for c in text.lower()) and text:
+        why = "an abbreviated commit"
+    else:
+        why = "a branch or tag name (it moves)" if text else "empty"
+    raise KitSourceError(
+        f"sparkctl_kit.commit {text!r} is {why}: pin the full 40-hex commit "
+        f"(git rev-parse {text or 'HEAD'} in the kit's repository)"
+    )
+
+
+def cache_repo(cache_dir: str, url: str) -> str:
+    return os.path.join(cache_dir, "git", hashlib.sha256(url.encode()).hexdigest()[:16])
+
+
+def _has_commit(repo: str, commit: str) -> bool:
+    return _git(["cat-file", "-e", f"{commit}^{{commit}}"], cwd=repo).returncode == 0
+
+
+def fetch(url: str, commit: str, cache_dir: str) -> tuple[str, bool]:
+    """The bare cache repository holding ``commit`` from ``url``; (path, fetched this time)."""
+    commit = check_commit(commit)
+    repo = cache_repo(cache_dir, url)
+    if not os.path.isdir(os.path.join(repo, "objects")):
+        os.makedirs(repo, exist_ok=True)
+        init = _git(["init", "--quiet", "--bare", repo])
+        if init.returncode:
+            raise KitSourceError(f"cannot create the kit cache {repo}: {_tail(init)}")
+    if _has_commit(repo, commit):
+        return repo, False
+    # By commit first (servers that allow it, protocol v2 ones do), then every branch and tag.
+    first = _git(["fetch", "--quiet", "--no-tags", "--", url, commit], cwd=repo)
+    if first.returncode or not _has_commit(repo, commit):
+        every = _git(["fetch", "--quiet", "--no-tags", "--", url,
+                      "+refs/heads/*:refs/sparkctl/heads/*", "+refs/tags/*:refs/sparkctl/tags/*"], cwd=repo)
+        if every.returncode:
+            raise KitSourceError(f"cannot fetch the kit from {url}: {_tail(every)}")
+    if not _has_commit(repo, commit):
+        raise KitSourceError(
+            f"sparkctl_kit.commit {commit} does not exist in {url} (fetched every branch and tag); "
+            "check the commit and the URL"
+        )
+    return repo, True
+
+
+def export(repo: str, commit: str, dest: str) -> bool:
+    """``git archive`` of ``commit`` unpacked at ``dest`` (kept when already there); True when written."""
+    if os.path.isdir(dest):
+        return False
+    part = dest + nk.PARTIAL
+    shutil.rmtree(part, ignore_errors=True)
+    os.makedirs(part)
+    archive = os.path.join(os.path.dirname(dest), f".{commit}.tar")
+    proc = _git(["-c", "core.autocrlf=false", "archive", "--format=tar", "-o", archive, commit], cwd=repo)
+    if proc.returncode:
+        raise KitSourceError(f"git archive of {commit} failed: {_tail(proc)}")
+    try:
+        _extract(archive, part)
+    finally:
+        os.unlink(archive)
+    os.replace(part, dest)
+    return True
+
+
+def _extract(archive: str, dest: str) -> None:
+    """Regular files and directories of a tar (anything else, or a path leaving ``dest``, refused)."""
+    try:
+        with tarfile.open(archive) as tf:
+            for member in tf.getmembers():
+                name = os.path.normpath(member.name)
+                if name in (".", ""):
+                    continue
+                if os.path.isabs(member.name) or name.startswith(".."):
+                    raise KitSourceError(f"{archive}: {member.name!r} leaves the kit directory")
+                if member.issym() or member.islnk():
+                    continue  # a kit is a tree of regular files (the tree digest ignores links too)
+                if not (member.isfile() or member.isdir()):
+                    raise KitSourceError(f"{archive}: {member.name!r} is not a regular file or directory")
+            members = [m for m in tf.getmembers() if m.isfile() or m.isdir()]
+            if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.12
+                tf.extractall(dest, members=members, filter="data")
+            else:  # every member was checked above
+                tf.extractall(dest, members=members)
+    except (tarfile.TarError, OSError) as exc:
+        raise KitSourceError(f"{archive}: cannot unpack ({exc})") from exc
+
+
+def _from_tar(path: str, cache_dir: str) -> tuple[str, bool]:
+    if not os.path.isfile(path):
+        raise KitSourceError(f"sparkctl_kit.path {path}: no such file")
+    trees = os.path.join(cache_dir, "trees")
+    os.makedirs(trees, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".tar-", suffix=nk.PARTIAL, dir=trees)
+    try:
+        _extract(path, tmp)
+        digest, _ = nk.tree(tmp)
+        dest = os.path.join(trees, "tree-" + digest[:16])
+        if os.path.isdir(dest):
+            return dest, False
+        os.replace(tmp, dest)
+        return dest, True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def prepare(
+    source: str,
+    cache_dir: str,
+    *,
+    url: str | None = None,
+    commit: str | None = None,
+    path: str | None = None,
+    sha256: str | None = None,
+    manifest: str = "patches/manifest.json",
+    overlay_source: str = "patches/source",
+    overlays: list[str] | None = None,
+) -> dict[str, Any]:
+    """Obtain the kit and check it; the dict the playbook passes on.
+
+    ``{"version", "tree_sha256", "dir", "manifest" (file manifest), "overlays" (overlay manifest),
+    "changed" (fetched or unpacked this time)}``. Raises KitSourceError naming what is wrong.
+    """
+    changed = False
+    if source == "git":
+        if not url:
+            raise KitSourceError("sparkctl_kit.url is required for a git kit")
+        commit = check_commit(commit)
+        repo, changed = fetch(url, commit, cache_dir)
+        tree_dir = os.path.join(cache_dir, "trees", commit)
+        os.makedirs(os.path.dirname(tree_dir), exist_ok=True)
+        changed = export(repo, commit, tree_dir) or changed
+        where = {"source": "git", "url": url, "commit": commit}
+    elif source == "dir":
+        if not path or not os.path.isdir(path):
+            raise KitSourceError(f"sparkctl_kit.path {path}: no such directory")
+        tree_dir, where = path, {"source": "dir", "path": path}
+    elif source == "tar":
+        tree_dir, changed = _from_tar(str(path), cache_dir)
+        where = {"source": "tar", "path": path}
+    else:
+        raise KitSourceError(f"sparkctl_kit.source {source!r}: want git, dir or tar")
+    digest, files = nk.tree(tree_dir)
+    if sha256 and digest != sha256:
+        raise KitSourceError(
+            f"the kit's tree digest {digest} differs from sparkctl_kit.sha256 {sha256} "
+            f"({where.get('url') or where.get('path')})"
+        )
+    overlay_doc, problems = nk.check_overlays(tree_dir, manifest, overlay_source, overlays)
+    if problems:
+        raise KitSourceError(
+            "the kit fails its overlay checks: " + "; ".join(nk.describe(p) for p in problems)
+        )
+    version = nk.version_of(source, commit, digest)
+    return {
+        "version": version,
+        "tree_sha256": digest,
+        "dir": tree_dir,
+        "manifest": nk.file_manifest(digest, files, where),
+        "overlays": overlay_doc,
+        "changed": changed,
+    }

@@ -209,6 +209,31 @@ def loop_devices_backed_by(root: Path) -> list[str]:
     return out
 
 
+# --- cgroups ---------------------------------------------------------------------------------
+
+
+def cgroup_v1_roots() -> list[Path]:
+    """Mount points of this host's cgroup v1 hierarchies (empty on a cgroup2-only host)."""
+    roots = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if " - " in line and fields[fields.index("-") + 1] == "cgroup":
+            roots.append(Path(fields[4]))
+    return sorted(set(roots))
+
+
+def cgroup_dirs(name: str) -> list[Path]:
+    """`name` under every v1 hierarchy, where it exists."""
+    return [d for root in cgroup_v1_roots() if (d := root / name).is_dir()]
+
+
+def remove_cgroup_tree(top: Path) -> None:
+    """rmdir a cgroup and every cgroup below it, deepest first (each must hold no process)."""
+    for dirpath, _dirs, _files in os.walk(top, topdown=False):
+        with contextlib.suppress(OSError):
+            os.rmdir(dirpath)
+
+
 # --- network namespaces and links -----------------------------------------------------------
 
 

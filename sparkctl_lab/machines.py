@@ -8,6 +8,7 @@ PID 1, a copy-on-write overlay of the cached rootfs, started inside its own netw
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -17,7 +18,7 @@ import uuid
 from pathlib import Path
 
 from sparkctl.errors import EXIT_USAGE, SparkctlError
-from sparkctl_lab import host, state
+from sparkctl_lab import host, rootfs, state
 from sparkctl_lab import inventory as lab_inventory
 from sparkctl_lab import topology as topo
 from sparkctl_lab.wiring import (
@@ -82,14 +83,15 @@ def stray_nspawns(machines_root: Path) -> list[int]:
 def node_exec(
     machine: str, argv: list[str], st: state.LabState | None, *, timeout: float = 30, check: bool = False
 ) -> subprocess.CompletedProcess[str]:
+    return host.run(node_argv(machine, argv, st), check=check, timeout=timeout)
+
+
+def node_argv(machine: str, argv: list[str], st: state.LabState | None) -> list[str]:
+    """The host argv that runs `argv` inside the machine (all its namespaces, a clean environment)."""
     pid = init_pid(machine, st)
     if pid is None:
         raise SparkctlError(f"{machine} is not running", hint=f"start it: sparkctl lab start {machine}")
-    return host.run(
-        ["nsenter", "-t", str(pid), "-a", "--", "env", "-i", *_env_args(), *argv],
-        check=check,
-        timeout=timeout,
-    )
+    return ["nsenter", "-t", str(pid), "-a", "--", "env", "-i", *_env_args(), *argv]
 
 
 def _env_args() -> list[str]:
@@ -123,6 +125,16 @@ def _mgmt_netplan(machine: str) -> str:
     )
 
 
+DOCKER_UNITS = ("docker.service", "docker.socket", "containerd.service")
+# The machines share the controller's cgroup hierarchies (nspawn makes no cgroup namespace on a
+# v1 host), so each engine puts its containers below its own parent, which `down` removes.
+CGROUP_PARENT = "sparkctl-lab"
+
+
+def docker_daemon_json(machine: str) -> str:
+    conf = {**rootfs.DOCKER_DAEMON_JSON, "cgroup-parent": f"/{CGROUP_PARENT}/{machine}"}
+    return json.dumps(conf, indent=2) + "\n"
+
 SSHD_LAB_CONF = (
     "# sparkctl lab: root by key only, this machine's own host key.\n"
     "HostKey /etc/ssh/ssh_host_ed25519_key\n"
@@ -141,9 +153,20 @@ def prepare_machine(machine: str, controller_pub: str) -> None:
     p = state.paths(machine)
     for d in (p.upper, p.work, p.merged):
         d.mkdir(parents=True, exist_ok=True)
+    u = p.upper
     if machine != topo.SWITCH_NAME:
         p.nvme.mkdir(parents=True, exist_ok=True)
-    u = p.upper
+        p.docker.mkdir(mode=0o710, parents=True, exist_ok=True)
+        daemon_json = u / "etc/docker/daemon.json"
+        daemon_json.parent.mkdir(parents=True, exist_ok=True)
+        daemon_json.write_text(docker_daemon_json(machine))
+    else:
+        # The rootfs enables the Docker engine for the Sparks; the switch has no use for one.
+        for unit in DOCKER_UNITS:
+            link = u / "etc/systemd/system" / unit
+            if not link.is_symlink():
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to("/dev/null")
     _write_if_missing(u / "etc/hostname", f"{machine}\n")
     _write_if_missing(
         u / "etc/hosts",
@@ -221,12 +244,20 @@ def _nspawn_argv(machine: str, rootfs_dir: Path) -> list[str]:
         "--resolv-conf=off",
         "--console=read-only",
         f"--network-namespace-path=/run/netns/{topo.netns(machine)}",
-        # systemd-networkd (and so netplan) runs only with CAP_NET_ADMIN.
-        "--capability=CAP_NET_ADMIN",
     ]
-    if machine != topo.SWITCH_NAME:
-        argv.append(f"--bind={p.nvme}:/mnt/nvme")
-    return argv
+    if machine == topo.SWITCH_NAME:
+        # systemd-networkd (and so netplan) runs only with CAP_NET_ADMIN.
+        return [*argv, "--capability=CAP_NET_ADMIN"]
+    return [
+        *argv,
+        # A Spark runs a real Docker engine: it mounts, makes namespaces and cgroups, loads
+        # seccomp and BPF programs (runc's device filter) and uses keyrings. The cost: a node
+        # may do what root on the controller may (nspawn still mounts /proc/sys read-only).
+        "--capability=all",
+        "--system-call-filter=@keyring bpf",
+        f"--bind={p.nvme}:/mnt/nvme",
+        f"--bind={p.docker}:{rootfs.DOCKER_DATA_ROOT}",
+    ]
 
 
 def _mount_overlay(machine: str, rootfs_dir: Path) -> None:

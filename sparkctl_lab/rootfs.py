@@ -9,6 +9,7 @@ The mirror is read from this machine's own apt sources at run time.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -61,10 +62,16 @@ ROOTFS_PACKAGES: tuple[str, ...] = (
     "python3-venv",
     "python3-pip",
     "python3-prometheus-client",  # the node exporter (spark_exporter)
+    # The container runtime: Debian's Docker engine (containerd, runc), iptables for its
+    # bridge rules (iptables-nft: its own tables, beside the firewall's `table inet sparkctl`),
+    # zstd for `docker save | zstd` image fan-out.
+    "docker.io",
+    "iptables",
+    "zstd",
 )
 
 # Bump when the post-debootstrap fix-ups below change, so caches are rebuilt.
-_RECIPE_VERSION = "2"
+_RECIPE_VERSION = "3"
 _COMPLETE_MARKER = ".sparkctl-rootfs-complete"
 DEFAULT_CACHE_DIR = Path("/var/cache/sparkctl")
 
@@ -259,6 +266,57 @@ WantedBy=sysinit.target
 """
 
 
+_CGROUPS_SCRIPT = "/usr/local/sbin/sparkctl-lab-cgroups"
+_CGROUPS_SCRIPT_TEXT = """#!/bin/sh
+# sparkctl lab: systemd-nspawn mounts the cgroup v1 controllers read-only, and the Docker engine
+# creates each container's cgroup in them. Mount every controller hierarchy afresh, read-write,
+# before docker.service (systemd's own name=systemd hierarchy and cgroup2 are left alone).
+set -eu
+known=$(awk '!/^#/ {print $1}' /proc/cgroups)
+findmnt -rn -t cgroup -o TARGET,OPTIONS,FS-OPTIONS | while read -r target opts fsopts; do
+  ctrls=""
+  for word in $(echo "$fsopts" | tr , ' '); do
+    for c in $known; do [ "$word" = "$c" ] && ctrls="${ctrls:+$ctrls,}$word"; done
+  done
+  [ -n "$ctrls" ] || continue
+  case ",$opts," in *,rw,*) continue ;; esac
+  umount -l "$target"
+  mount -t cgroup -o "$ctrls" cgroup "$target"
+done
+"""
+
+_CGROUPS_UNIT = "sparkctl-lab-cgroups.service"
+_CGROUPS_UNIT_TEXT = f"""[Unit]
+Description=sparkctl lab: writable cgroup v1 controllers for the Docker engine
+DefaultDependencies=no
+ConditionVirtualization=container
+After=local-fs.target
+Before=containerd.service docker.service sysinit.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart={_CGROUPS_SCRIPT}
+
+[Install]
+WantedBy=sysinit.target
+"""
+
+# The engine's data root is a per-machine directory on the controller's ext4, bound at
+# /var/lib/docker (overlay2 refuses the overlayfs root the machines boot from). Bridge rules stay
+# on (Docker's default, as on a Spark): iptables-nft writes its own `ip filter`/`ip nat` tables,
+# which the firewall role never touches (it loads and deletes only `table inet sparkctl`).
+DOCKER_DATA_ROOT = "/var/lib/docker"
+DOCKER_UNITS = ("containerd.service", "docker.service")
+DOCKER_DAEMON_JSON: dict[str, object] = {
+    "data-root": DOCKER_DATA_ROOT,
+    "storage-driver": "overlay2",
+    "exec-opts": ["native.cgroupdriver=cgroupfs"],
+    "log-driver": "json-file",
+    "log-opts": {"max-size": "50m", "max-file": "3"},
+}
+
+
 def prune(keep: Path) -> list[Path]:
     """Remove cached rootfs trees other than `keep` (older package lists or recipes)."""
     removed = []
@@ -296,6 +354,14 @@ def _fix_up(root: Path) -> None:
     # nothing in a lab machine can change the controller's kernel.
     (root / "etc/systemd/system" / _PROCSYS_UNIT).write_text(_PROCSYS_UNIT_TEXT)
     host.run(["chroot", str(root), "systemctl", "enable", _PROCSYS_UNIT])
+    # The Docker engine: writable cgroup controllers first, then docker.service at boot.
+    script = root / _CGROUPS_SCRIPT.lstrip("/")
+    script.write_text(_CGROUPS_SCRIPT_TEXT)
+    script.chmod(0o755)
+    (root / "etc/systemd/system" / _CGROUPS_UNIT).write_text(_CGROUPS_UNIT_TEXT)
+    (root / "etc/docker").mkdir(parents=True, exist_ok=True)
+    (root / "etc/docker/daemon.json").write_text(json.dumps(DOCKER_DAEMON_JSON, indent=2) + "\n")
+    host.run(["chroot", str(root), "systemctl", "enable", _CGROUPS_UNIT, *DOCKER_UNITS])
     # There is no hardware clock or console login to manage in a container.
     wants = root / "etc/systemd/system"
     for masked in ("getty@tty1.service", "systemd-timesyncd.service"):

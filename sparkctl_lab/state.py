@@ -80,6 +80,11 @@ class MachinePaths:
         return self.root / "nvme"
 
     @property
+    def docker(self) -> Path:
+        """The node's Docker data root (bound at /var/lib/docker): ext4, unlike the overlay root."""
+        return self.root / "docker"
+
+    @property
     def nvme_image(self) -> Path:
         return self.root / "nvme.img"
 

@@ -49,7 +49,7 @@ def _plan(cluster: Any, **kw: Any) -> Plan:
     return Plan(inventory=Path(cluster.inventory_dir), secret_env=secret_env, **kw)
 
 
-STAGE_WHAT = ("weights", "engram", "all")
+STAGE_WHAT = ("kit", "image", "weights", "engram", "all")
 
 
 def for_stage(
@@ -59,7 +59,11 @@ def for_stage(
     force: bool = False,
     settings: dict[str, Any] | None = None,
 ) -> Plan:
-    """`sparkctl stage [weights|engram|all] [--verify-only] [--force]` → playbooks/stage.yml.
+    """`sparkctl stage [kit|image|weights|engram|all] [--verify-only] [--force]` → playbooks/stage.yml.
+
+    ``all`` stages the serving kit first when the inventory has one (the playbook decides from
+    ``sparkctl_cluster.kit``, so a manual run does the same), then the engine image when the
+    runtime is ``container`` (``sparkctl_cluster.runtime``).
 
     ``settings`` carries extra ``spark_stage_*`` knobs (e.g. ``spark_stage_bwlimit_mib_s``); every
     other value (TP size, disk margin, paths) comes from the inventory through the role defaults,

@@ -13,6 +13,12 @@ from typing import Any
 
 # playbooks/stage.yml: per node {stage, transfer, pack} (spark_stage's module results).
 STAGE = "sparkctl_stage"
+# playbooks/stage.yml: per node the serving kit {version, tree_sha256, current, verified, switched,
+# transfer, image} (spark_kit's module results).
+KIT = "sparkctl_kit"
+# playbooks/stage.yml: per node the engine image {id, ref, source, made, received, bytes_moved, seconds,
+# rate_mib_s, loaded} (spark_image's spark_image_report; only {id} for --verify-only).
+IMAGE = "sparkctl_image"
 # playbooks/check_fabric.yml: per node the fabric probe (spark_fabric's sparkctl_fabric_probe result).
 FABRIC_PROBE = "sparkctl_fabric_probe"
 # playbooks/check_fabric.yml: per switch the "PORT MTU" lines it read (Linux switch; empty elsewhere).

@@ -1,4 +1,5 @@
-"""`sparkctl stage [weights|engram|all] [--verify-only] [--force]`: the checkpoint and the Engram shards.
+"""`sparkctl stage [kit|image|weights|engram|all] [--verify-only] [--force]`: the serving kit, the
+engine image, the checkpoint and the Engram shards.
 
 Load the inventory (exit 2 on problems) → ``plan.for_stage`` → ``runner.execute`` of
 playbooks/stage.yml with live per-node bars → a per-node summary. Exit 1 when a node failed
@@ -16,12 +17,14 @@ from rich.table import Table
 from sparkctl import ui
 from sparkctl.ansible import plan, results, runner
 from sparkctl.cli.shell import STAGE, example
-from sparkctl.errors import SparkctlError
+from sparkctl.errors import InputError, SparkctlError
 from sparkctl.model import load_inventory
 from sparkctl.stage import progress
 
 
 class What(StrEnum):
+    kit = "kit"
+    image = "image"
     weights = "weights"
     engram = "engram"
     all = "all"
@@ -48,9 +51,52 @@ def node_summaries(result: runner.RunResult) -> dict[str, dict[str, Any]]:
             node["pack"] = {
                 k: pack.get(k) for k in ("changed", "bytes_written", "seconds", "rate_mib_s", "actions")
             }
+    # playbooks/stage.yml reports the serving kit per node under results.KIT (set_stats).
+    for host, rep in results.per_host(result, results.KIT).items():
+        kit = {k: rep.get(k) for k in ("version", "tree_sha256", "verified", "files", "current", "switched")}
+        transfer, image = rep.get("transfer") or {}, rep.get("image") or {}
+        if transfer and not transfer.get("skipped"):
+            kit["transfer"] = {
+                k: transfer.get(k) for k in ("counts", "bytes_moved", "bytes_total", "seconds")
+            }
+        if image and not image.get("skipped"):
+            kit["image"] = {k: image.get(k) for k in ("checked", "image_id", "reason")}
+        out.setdefault(host, {})["kit"] = kit
+    # playbooks/stage.yml reports the engine image per node under results.IMAGE (set_stats).
+    for host, rep in results.per_host(result, results.IMAGE).items():
+        if isinstance(rep, dict):
+            out.setdefault(host, {})["image"] = dict(rep)
     for failure in result.failures:
         out.setdefault(failure.host, {})["error"] = failure.msg
     return out
+
+
+def _kit_cell(kit: dict[str, Any] | None) -> str:
+    if not kit:
+        return ui.SKIP
+    version = str(kit.get("version") or "?")
+    short = version[:12] if not version.startswith("tree-") else version
+    if kit.get("verified") and kit.get("current") == kit.get("version"):
+        return f"{ui.OK} {short} verified"
+    if kit.get("verified"):
+        return f"{ui.OK} {short} verified (current: {kit.get('current') or 'none'})"
+    return f"{ui.FAIL} {short} not verified"
+
+
+def _image_cell(image: dict[str, Any] | None) -> str:
+    """The image ID (short) and what this node received; a dash when the image was not staged."""
+    if not image:
+        return ui.SKIP
+    ident = str(image.get("id") or "")
+    if not ident:
+        return f"{ui.FAIL} none"
+    text = f"{ui.OK} {ident.split(':')[-1][:12]}"
+    moved = int(image.get("bytes_moved") or 0)
+    if moved:
+        text += f" ({moved / (1 << 30):.2f} GiB @ {float(image.get('rate_mib_s') or 0):.0f} MiB/s)"
+    elif "bytes_moved" in image:
+        text += " (moved 0 B)"
+    return text
 
 
 def _flag(section: dict[str, Any] | None) -> str:
@@ -63,10 +109,15 @@ def _flag(section: dict[str, Any] | None) -> str:
     return ui.FAIL + " missing"
 
 
-def summary_table(cluster: Any, summaries: dict[str, dict[str, Any]], verify_only: bool) -> Table:
+def summary_table(
+    cluster: Any, summaries: dict[str, dict[str, Any]], verify_only: bool, what: str = "all"
+) -> Table:
+    """One row per node; a node's error goes under the kit when the kit was staged and did not
+    report (its play failed there), else under the checkpoint."""
+    kit_staged = what == "kit" or (what == "all" and getattr(cluster, "kit", None) is not None)
     title = "stage --verify-only" if verify_only else "stage"
     table = Table(title=f"{title}: {cluster.name}", title_justify="left")
-    for col in ("node", "rank", "checkpoint", "engram shards", "moved", "packed"):
+    for col in ("node", "rank", "kit", "image", "checkpoint", "engram shards", "moved", "packed"):
         table.add_column(col)
     for node in cluster.nodes:
         s = summaries.get(node.name, {})
@@ -88,9 +139,22 @@ def summary_table(cluster: Any, summaries: dict[str, dict[str, Any]], verify_onl
         eng_text = _flag(eng)
         if eng and eng.get("files"):
             eng_text += f" ({len(eng['files'])} × r{s.get('rank')}of{s.get('tp')})"
-        row = [node.name, str(node.rank), _flag(s.get("weights")), eng_text, moved, packed]
+        kit = s.get("kit")
+        if kit and kit.get("transfer") and kit["transfer"].get("bytes_moved"):
+            kit_moved = f"kit {kit['transfer']['bytes_moved'] / (1 << 20):.1f} MiB"
+            moved = f"{kit_moved} + {moved}" if moved else kit_moved
+        row = [
+            node.name, str(node.rank), _kit_cell(kit), _image_cell(s.get("image")),
+            _flag(s.get("weights")), eng_text, moved, packed,
+        ]
         if s.get("error"):
-            row[2] = f"{ui.FAIL} {s['error']}"[:100]
+            image_staged = what == "image" or (what == "all" and cluster.runtime.kind == "container")
+            if kit_staged and not kit:
+                row[2] = f"{ui.FAIL} {s['error']}"[:100]
+            elif image_staged and not s.get("image"):
+                row[3] = f"{ui.FAIL} {s['error']}"[:100]
+            else:
+                row[4] = f"{ui.FAIL} {s['error']}"[:100]
         table.add_row(*row)
     return table
 
@@ -98,7 +162,9 @@ def summary_table(cluster: Any, summaries: dict[str, dict[str, Any]], verify_onl
 def stage(
     ctx: typer.Context,
     what: Annotated[
-        What, typer.Argument(help="weights: fan the checkpoint out · engram: pack shards · all")
+        What,
+        typer.Argument(help="kit: the serving kit · image: the engine image · weights: fan the checkpoint "
+                       "out · engram: pack shards · all (the kit and the image first, when configured)"),
     ] = What.all,
     verify_only: Annotated[
         bool,
@@ -120,9 +186,23 @@ def stage(
         ),
     ] = 120.0,
 ) -> None:
-    """Stage the checkpoint over the fabric and pack each rank's Engram shards (verified, resumable)."""
+    """Stage the serving kit and the checkpoint over the fabric and pack each rank's Engram shards
+    (verified, resumable)."""
     state = ctx.obj
     cluster = load_inventory(state.inventory_dir())
+    if what is What.kit and getattr(cluster, "kit", None) is None:
+        raise InputError(
+            "stage kit: the inventory configures no serving kit (sparkctl_kit)",
+            hint="add sparkctl_kit (source: git with url + commit, or dir/tar with path) to "
+                 "group_vars/all/sparkctl.yml; inventory/example documents it",
+        )
+    if what is What.image and cluster.runtime.kind != "container":
+        raise InputError(
+            f"stage image: sparkctl_runtime.kind is {cluster.runtime.kind}; only the container runtime "
+            "runs an image",
+            hint="set sparkctl_runtime.kind: container with image (and image_source) in "
+            "group_vars/all/sparkctl.yml",
+        )
     settings: dict[str, Any] = {}
     if bwlimit:
         settings["spark_stage_bwlimit_mib_s"] = bwlimit
@@ -156,7 +236,7 @@ def stage(
             }
         )
     else:
-        ui.console.print(summary_table(cluster, summaries, verify_only))
+        ui.console.print(summary_table(cluster, summaries, verify_only, what.value))
     if not result.ok:
         details = [str(f) for f in result.failures]
         raise SparkctlError(

@@ -190,10 +190,10 @@ def prepare(
     elif source == "dir":
         if not path or not os.path.isdir(path):
             raise KitSourceError(f"sparkctl_kit.path {path}: no such directory")
-        tree_dir, where = path, {"source": "dir", "path": path}
+        tree_dir, where = path, {"source": "dir", "path": str(path)}
     elif source == "tar":
         tree_dir, changed = _from_tar(str(path), cache_dir)
-        where = {"source": "tar", "path": path}
+        where = {"source": "tar", "path": str(path)}
     else:
         raise KitSourceError(f"sparkctl_kit.source {source!r}: want git, dir or tar")
     digest, files = nk.tree(tree_dir)

@@ -4,49 +4,20 @@ real git repository made here: a branch refused, a missing commit refused, a tam
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import subprocess
+import sys
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+from synth_kit import OVERLAYS, git, sha, write_kit
+
 from sparkctl.nodeside import kit as nk
 from sparkctl.stage import kit as sk
-
-OVERLAYS = {
-    "python/sglang/srt/models/deepseek_v4.py": (b"# before v4\n", b"# after v4\n"),
-    "python/sglang/srt/distributed/device_communicators/pynccl.py": (b"# before nccl\n", b"# after nccl\n"),
-    "python/sglang/kernels/ops/attention/dsv4/indexer_postprocess.py": (None, b"# new file\n"),
-}
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def write_kit(root: Path) -> Path:
-    """A small kit in R4's layout: overlay manifest, overlay sources, an adapter, a Dockerfile."""
-    manifest = {rel: {"before_sha256": sha(b) if b is not None else None, "after_sha256": sha(a)}
-                for rel, (b, a) in OVERLAYS.items()}
-    (root / "patches" / "source").mkdir(parents=True)
-    (root / "patches" / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    for rel, (_, after) in OVERLAYS.items():
-        p = root / "patches" / "source" / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(after)
-    (root / "adapter").mkdir()
-    (root / "adapter" / "sitecustomize.py").write_text("# adapter\n")
-    (root / "docker").mkdir()
-    (root / "docker" / "Dockerfile").write_text("FROM scratch\n")
-    return root
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.email=kit@example.invalid", "-c",
-                           "user.name=kit", *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
 @pytest.fixture
@@ -58,7 +29,7 @@ def repo(tmp_path: Path) -> Path:
     return r
 
 
-def prepare(repo: Path, cache: Path, commit: str, **kw: object) -> dict:
+def prepare(repo: Path, cache: Path, commit: str, **kw: Any) -> dict[str, Any]:
     return sk.prepare("git", str(cache), url=str(repo), commit=commit, overlays=list(OVERLAYS), **kw)
 
 

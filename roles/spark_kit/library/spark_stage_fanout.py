@@ -1,0 +1,1 @@
+../../spark_stage/library/spark_stage_fanout.py

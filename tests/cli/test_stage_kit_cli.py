@@ -1,0 +1,152 @@
+"""`sparkctl stage kit` and the kit check of `up`, with the runner (and for `up` the SSH fleet and
+the API) faked: which playbook and variables, the kit column, the exit codes, and the refusal that
+names the node, the file and both digests."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sparkctl.ansible import results, runner
+from sparkctl.ansible.plan import Plan, for_stage
+from sparkctl.cli import serve
+from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+fakes = importlib.import_module("gates_fakes")
+
+NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
+COMMIT = "25e7cb82f6524e3bbc46db6a9a54125e75e36d0e"
+VERIFY = "Verify every kit file and the current link against the configured kit"
+OVERLAY = "patches/source/python/sglang/srt/distributed/device_communicators/pynccl.py"
+TAMPERED = (f"spark-1: kit {COMMIT} fails verification: {OVERLAY}: content differs "
+            f"(expected {'a' * 64}, actual {'b' * 64})")
+
+
+class KitRunner:
+    """playbooks/stage.yml as seen through set_stats: the kit reported per node, or failures."""
+
+    def __init__(self, failures: list[runner.Failure] | None = None, moved: int = 0):
+        self.plans: list[Plan] = []
+        self.failures = failures or []
+        self.moved = moved
+
+    def __call__(self, plan: Plan, on_event: Any = None, **_: Any) -> runner.RunResult:
+        self.plans.append(plan)
+        bad = {f.host for f in self.failures}
+        transfer = {"counts": {"keep": 12}, "bytes_moved": self.moved, "bytes_total": 81920, "seconds": 0.2,
+                    "files": {"a": "keep"}, "log": []}
+        reported = {results.KIT: {
+            h: {"version": COMMIT, "tree_sha256": "c" * 64, "verified": True, "files": 12, "current": COMMIT,
+                "switched": False, "transfer": transfer, "image": {"checked": False, "reason": "absent"}}
+            for h in NODES if h not in bad
+        }}
+        return runner.RunResult(
+            plan=plan, rc=2 if self.failures else 0, status="failed" if self.failures else "successful",
+            stats={h: runner.HostStats(ok=5, failed=int(h in bad)) for h in NODES},
+            failures=list(self.failures), artifact_dir=Path("/tmp/fake-run/artifacts/ansible"),
+            run_dir=Path("/tmp/fake-run"), duration_s=1.0, reported=reported,
+        )
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> KitRunner:
+    f = KitRunner()
+    monkeypatch.setattr(runner, "execute", f)
+    return f
+
+
+def test_stage_kit_runs_the_stage_playbook_for_the_kit(run_cli: Any, example_copy: Path,
+                                                       fake: KitRunner) -> None:
+    res = run_cli("-i", str(example_copy), "stage", "kit")
+    assert res.code == EXIT_OK, res.err
+    (plan,) = fake.plans
+    assert plan.playbook == "stage.yml"
+    assert plan.extravars == {"spark_stage_what": "kit", "spark_stage_verify_only": False,
+                              "spark_stage_force": False}
+    assert COMMIT[:8] in res.out and "verified" in res.out  # the kit column (an 80-column console wraps it)
+    assert plan.argv()[-1] == "playbooks/stage.yml"
+
+
+def test_stage_kit_json_carries_version_digest_and_bytes(run_cli: Any, example_copy: Path,
+                                                         fake: KitRunner) -> None:
+    res = run_cli("-i", str(example_copy), "--json", "stage", "kit")
+    assert res.code == EXIT_OK, res.err
+    kit = json.loads(res.out)["nodes"]["spark-3"]["kit"]
+    assert (kit["version"], kit["verified"], kit["current"]) == (COMMIT, True, COMMIT)
+    assert kit["transfer"] == {"counts": {"keep": 12}, "bytes_moved": 0, "bytes_total": 81920, "seconds": 0.2}
+    assert kit["image"] == {"checked": False, "image_id": None, "reason": "absent"}
+
+
+def test_stage_kit_verify_only_names_node_path_and_digests(
+    run_cli: Any, example_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = KitRunner([runner.Failure("spark-1", VERIFY, TAMPERED)])
+    monkeypatch.setattr(runner, "execute", f)
+    res = run_cli("-i", str(example_copy), "stage", "kit", "--verify-only")
+    assert res.code == EXIT_FAILED
+    assert f.plans[0].extravars["spark_stage_verify_only"] is True
+    assert "stage kit --verify-only failed on spark-1" in res.err
+    text = "".join(ch for line in res.err.splitlines() for ch in line.strip("│ "))
+    assert OVERLAY.replace(" ", "") in text and "a" * 64 in text and "b" * 64 in text
+
+
+def test_stage_kit_without_a_kit_is_bad_input(run_cli: Any, tmp_path: Path, fake: KitRunner) -> None:
+    cluster, _ = fakes.lab_cluster(tmp_path)  # a site whose profile needs no kit, and has none
+    assert cluster.kit is None
+    res = run_cli("-i", str(cluster.inventory_dir), "stage", "kit")
+    assert res.code == EXIT_USAGE and fake.plans == []
+    assert "configures no serving kit (sparkctl_kit)" in " ".join(res.err.split())
+    res = run_cli("-i", str(cluster.inventory_dir), "stage", "all")  # all: the kit is skipped, not refused
+    assert res.code == EXIT_OK, res.err
+
+
+def test_plan_accepts_kit_and_refuses_the_unknown() -> None:
+    cluster = type("C", (), {"inventory_dir": "/inv", "secrets": {}})()
+    assert for_stage(cluster, "kit", verify_only=True).extravars["spark_stage_what"] == "kit"
+    with pytest.raises(ValueError, match="what must be one of"):
+        for_stage(cluster, "kits")
+
+
+# --- up refuses a changed kit before any unit is installed -----------------------------------------
+
+
+def test_up_refuses_a_tampered_kit_and_starts_nothing(run_cli: Any, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster, doc = fakes.lab_cluster(tmp_path)
+    nodes = fakes.FakeNodes([n.name for n in cluster.nodes], {n.name: n.rank for n in cluster.nodes})
+    api = fakes.FakeApi(cluster, doc)
+    books: list[str] = []
+
+    def execute(plan: Plan, on_event: Any = None) -> runner.RunResult:
+        books.append(plan.playbook)
+        failures = [runner.Failure("spark-1", VERIFY, TAMPERED)] if plan.playbook == "up.yml" else []
+        return runner.RunResult(plan, 2 if failures else 0, "failed" if failures else "successful",
+                                {n: runner.HostStats(ok=1) for n in nodes.state}, failures,
+                                Path("/tmp/fake/artifacts"), Path("/tmp/fake"), 0.1)
+
+    monkeypatch.setattr(serve, "_execute", execute)
+    monkeypatch.setattr(serve, "_fleet", lambda c: nodes)
+    monkeypatch.setattr(serve, "_http", api.client)
+    monkeypatch.setattr(serve, "_new_run_dir", lambda verb: tmp_path / f"run-{verb}")
+    res = run_cli("-i", str(cluster.inventory_dir), "up")
+    assert res.code == EXIT_FAILED
+    assert books[0] == "up.yml" and all(st.unit == "inactive" for st in nodes.state.values())
+    text = "".join(line.strip("│ ") for line in res.err.splitlines())
+    assert "spark-1" in res.err and OVERLAY in text and "a" * 64 in text and "b" * 64 in text
+
+
+def test_up_playbook_checks_the_kit_before_installing_units() -> None:
+    plays = yaml.safe_load((Path(__file__).resolve().parents[2] / "playbooks" / "up.yml").read_text())
+    names = [p.get("name", "") for p in plays]
+    kit = next(i for i, p in enumerate(plays) if "serving kit" in p.get("name", ""))
+    assert kit < names.index("Install the rank units")
+    assert plays[kit]["any_errors_fatal"] is True
+    (task,) = plays[kit]["tasks"]
+    assert task["ansible.builtin.include_role"] == {"name": "spark_kit", "tasks_from": "verify"}

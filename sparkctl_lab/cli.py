@@ -93,6 +93,10 @@ def up_cmd(
                 "started": report.started,
                 "system": report.system,
                 "inventory_changed": report.inventory_changed,
+                "kit_commit": report.kit_commit,
+                "docker": report.docker,
+                "engine_build_s": report.engine_build_s,
+                "image_import_s": report.image_import_s,
                 "seconds": round(report.seconds, 2),
             }
         )
@@ -100,6 +104,8 @@ def up_cmd(
     for machine, result in report.system.items():
         mark = ui.OK if result == "running" else ui.FAIL
         ui.console.print(f"{mark} {machine:<11} {result}")
+    for node, active in report.docker.items():
+        ui.console.print(f"{ui.OK if active == 'active' else ui.FAIL} {node:<11} docker.service {active}")
     verb = "started " + ", ".join(report.started) if report.started else "already up, nothing changed"
     ui.console.print(f"lab up in {report.seconds:.1f}s ({verb})")
     ui.console.print(

@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from sparkctl.errors import EXIT_USAGE, SparkctlError
-from sparkctl_lab import host, rootfs, state
+from sparkctl_lab import engine, host, kit, rootfs, state
 from sparkctl_lab import inventory as lab_inventory
 from sparkctl_lab import topology as topo
 from sparkctl_lab.machines import (
+    CGROUP_PARENT,
     host_public_key,
     init_pid,
+    node_exec,
     nspawn_pid,
     remove_propagate_dir,
     require_state,
@@ -58,6 +60,10 @@ class UpReport:
     started: list[str] = field(default_factory=list)
     system: dict[str, str] = field(default_factory=dict)
     inventory_changed: list[str] = field(default_factory=list)
+    kit_commit: str = ""
+    docker: dict[str, str] = field(default_factory=dict)  # spark -> docker.service state
+    engine_build_s: float | None = None  # debootstrap + tar of the base engine image (None: cached)
+    image_import_s: float | None = None  # docker import on the head (None: already there)
     seconds: float = 0.0
 
 
@@ -90,7 +96,10 @@ def _validate_nvme(nvme: dict[str, int]) -> None:
             )
 
 
-def lab_inventory_for(inventory_dir: Path, st: state.LabState) -> lab_inventory.LabInventory:
+def lab_inventory_for(
+    inventory_dir: Path, st: state.LabState, kit_repo: kit.KitRepo | None = None
+) -> lab_inventory.LabInventory:
+    kit_repo = kit_repo or kit.ensure()
     return lab_inventory.LabInventory(
         inventory_dir=inventory_dir.resolve(),
         private_key=state.controller_key(),
@@ -98,6 +107,8 @@ def lab_inventory_for(inventory_dir: Path, st: state.LabState) -> lab_inventory.
         checkpoint_dir=state.checkpoint_dir(),
         host_keys={m: host_public_key(m) for m in topo.machines()},
         nvme_gib={n: (st.machines[n].nvme_gib if n in st.machines else None) for n in topo.node_names()},
+        kit_url=str(kit_repo.path),
+        kit_commit=kit_repo.commit,
     )
 
 
@@ -118,6 +129,10 @@ def _up(inventory_dir: Path, nvme: dict[str, int] | None, log: Log) -> UpReport:
     if not rootfs.is_built(rootfs.rootfs_path()):
         log(f"building the lab rootfs (debootstrap {rootfs.SUITE}, once) into {rootfs.rootfs_path()}")
     rootfs_dir, build_s = rootfs.ensure(rootfs.cache_dir() / "rootfs-build.log")
+    if not (engine.tree_path() / ".sparkctl-engine-complete").is_file():
+        log(f"building the lab engine image (debootstrap {rootfs.SUITE}, once) into {engine.tree_path()}")
+    tarball = engine.ensure_tarball(rootfs.cache_dir() / "engine-build.log")
+    kit_repo = kit.ensure()
 
     st = state.load()
     if st is not None and st.rootfs != str(rootfs_dir):
@@ -147,7 +162,10 @@ def _up(inventory_dir: Path, nvme: dict[str, int] | None, log: Log) -> UpReport:
 
     pub = _ensure_controller_files()
     ensure_mgmt_bridge()
-    report = UpReport(inventory_dir=inventory_dir, rootfs=rootfs_dir, rootfs_build_s=build_s)
+    report = UpReport(inventory_dir=inventory_dir, rootfs=rootfs_dir, rootfs_build_s=build_s,
+                      kit_commit=kit_repo.commit)
+    if tarball.tree_build_s is not None or tarball.tar_s is not None:
+        report.engine_build_s = (tarball.tree_build_s or 0.0) + (tarball.tar_s or 0.0)
     # The switch first: the nodes' fabric veths plug into its namespace.
     try:
         for m in [topo.SWITCH_NAME, *topo.node_names()]:
@@ -156,15 +174,27 @@ def _up(inventory_dir: Path, nvme: dict[str, int] | None, log: Log) -> UpReport:
                 log(f"powered on {m}")
     finally:
         state.save(st)
-    report.inventory_changed = lab_inventory.write(lab_inventory_for(inventory_dir, st))
+    report.inventory_changed = lab_inventory.write(lab_inventory_for(inventory_dir, st, kit_repo))
     with ThreadPoolExecutor(max_workers=len(topo.machines())) as pool:
         states = dict(
             zip(topo.machines(), pool.map(lambda m: wait_booted(m, st), topo.machines()), strict=True)
         )
         list(pool.map(lambda m: wait_ssh(m, inventory_dir), topo.machines()))
+        nodes = topo.node_names()
+        list(pool.map(lambda n: engine.wait_engine(n, st), nodes))
     report.system = states
+    report.docker = {n: docker_state(n, st) for n in nodes}
+    # The base engine image goes to the head only; workers get images through `sparkctl stage image`.
+    report.image_import_s = engine.import_image(nodes[0], st, tarball)
+    if report.image_import_s is not None:
+        log(f"imported {engine.IMAGE} on {nodes[0]} in {report.image_import_s:.1f}s")
     report.seconds = time.monotonic() - t0
     return report
+
+
+def docker_state(node: str, st: state.LabState) -> str:
+    """`systemctl is-active docker.service` inside a Spark."""
+    return node_exec(node, ["systemctl", "is-active", "docker.service"], st).stdout.strip() or "unknown"
 
 
 def start(machine: str, log: Log = _nothing) -> bool:
@@ -223,6 +253,8 @@ def _teardown(st: state.LabState | None, log: Log) -> None:
             host.run(["umount", "-l", str(mp)], check=False)
     for loop in host.loop_devices_backed_by(machines_root):
         host.run(["losetup", "-d", loop], check=False)
+    for cgroup in host.cgroup_dirs(CGROUP_PARENT):
+        host.remove_cgroup_tree(cgroup)
     for m in topo.machines():
         remove_propagate_dir(m)
     if machines_root.exists():
@@ -282,6 +314,7 @@ def leftovers() -> list[str]:
     out += [f"mount {mp}" for mp in host.mountpoints_under(state.machines_dir())]
     out += [f"loop device {d}" for d in host.loop_devices_backed_by(state.machines_dir())]
     out += [f"process {p} (systemd-nspawn)" for p in stray_nspawns(state.machines_dir())]
+    out += [f"cgroup {d}" for d in host.cgroup_dirs(CGROUP_PARENT)]
     if state.state_file().exists():
         out.append(f"state file {state.state_file()}")
     return out

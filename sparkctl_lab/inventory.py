@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from sparkctl_lab import topology as topo
+from sparkctl_lab.kit import KIT_IMAGE
 
 HOSTS_FILE = "hosts.yml"
 GROUP_VARS_FILE = "group_vars/all/sparkctl.yml"
@@ -51,6 +52,11 @@ class LabInventory:
     checkpoint_dir: Path
     host_keys: Mapping[str, str]  # machine -> "ssh-ed25519 AAAA..."
     nvme_gib: Mapping[str, int | None]  # node -> size of its /mnt/nvme filesystem, if limited
+    # The synthetic serving kit (sparkctl_lab.kit). With it the ranks run as containers of the
+    # image built from its Dockerfile; without it (unit tests' inventories) they run the
+    # simulator directly (kind lab).
+    kit_url: str | None = None
+    kit_commit: str | None = None
 
     @property
     def known_hosts(self) -> Path:
@@ -109,12 +115,20 @@ def hosts_document(inv: LabInventory) -> dict[str, Any]:
     }
 
 
+def runtime_document(inv: LabInventory) -> dict[str, Any]:
+    if inv.kit_url and inv.kit_commit:
+        # Built on the head from the kit's docker/Dockerfile (FROM the lab's base engine image,
+        # which `lab up` imports there), then fanned out by `sparkctl stage image`.
+        return {"kind": "container", "image": KIT_IMAGE, "image_source": "build"}
+    return {"kind": "lab", "allow_mutable_tag": False, "venv_path": "/opt/sparkctl/venv"}
+
+
 def group_vars_document(inv: LabInventory) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "sparkctl_cluster_name": topo.CLUSTER_NAME,
         "sparkctl_profile": "lab",
         "sparkctl_profile_overrides": {},
-        "sparkctl_runtime": {"kind": "lab", "allow_mutable_tag": False, "venv_path": "/opt/sparkctl/venv"},
+        "sparkctl_runtime": runtime_document(inv),
         "sparkctl_mgmt": {"subnet": str(topo.MGMT_SUBNET), "interface": topo.MGMT_IFACE},
         "sparkctl_fabric": {
             "subnets": [str(h.subnet) for h in topo.HALVES],
@@ -131,6 +145,10 @@ def group_vars_document(inv: LabInventory) -> dict[str, Any]:
         "sparkctl_checkpoint": {"source": "dir", "path": str(inv.checkpoint_dir), "location": "controller"},
         "sparkctl_secrets": {"api_key": {"file": str(inv.api_key_file)}},
     }
+    if inv.kit_url and inv.kit_commit:
+        # Fetched on the controller (the nodes have no route out), then sent to the head and fanned out.
+        doc["sparkctl_kit"] = {"source": "git", "url": inv.kit_url, "commit": inv.kit_commit}
+    return doc
 
 
 def known_hosts_text(host_keys: Mapping[str, str]) -> str:

@@ -31,6 +31,8 @@ def lab_inv(tmp_path: Path) -> lab_inventory.LabInventory:
             m: f"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{i:040d}" for i, m in enumerate(topo.machines())
         },
         nvme_gib={"spark-0": 4, "spark-1": 4, "spark-2": 4, "spark-3": 2},
+        kit_url=str(tmp_path / "kit"),
+        kit_commit="0" * 40,
     )
 
 
@@ -83,7 +85,7 @@ def test_lab_values(lab_inv: lab_inventory.LabInventory) -> None:
     assert switch["sparkctl_switch_type"] == "linux" and switch["sparkctl_switch_mtu"] == 9216
     assert switch["sparkctl_switch_ports"]["spark-1"] == {"enp1s0f0np0": "s1a", "enP2p1s0f0np0": "s1b"}
     gv = _load(d / "group_vars/all/sparkctl.yml")
-    assert gv["sparkctl_runtime"]["kind"] == "lab" and gv["sparkctl_profile"] == "lab"
+    assert gv["sparkctl_runtime"]["kind"] == "container" and gv["sparkctl_profile"] == "lab"
     assert gv["sparkctl_mgmt"] == {"subnet": "10.250.0.0/24", "interface": "enP7s7"}
     assert gv["sparkctl_fabric"]["subnets"] == ["10.251.0.0/24", "10.251.1.0/24"]
     assert gv["sparkctl_fabric"]["mtu"] == 9000

@@ -18,10 +18,11 @@ from collections.abc import Callable, Iterable
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import PurePosixPath
 
-from sparkctl.model.cluster import Checkpoint, Fabric, Mgmt, Paths, Ports, Runtime
+from sparkctl.model.cluster import Checkpoint, Fabric, Kit, Mgmt, Paths, Ports, Runtime
 from sparkctl.model.loader import Draft
 from sparkctl.model.problems import Problems, suggest
 from sparkctl.model.types import MIN_FABRIC_MTU, image_is_pinned
+from sparkctl.profiles import Profile
 
 
 def _names(items: Iterable[str]) -> str:
@@ -303,12 +304,22 @@ def check_runtime(d: Draft, p: Problems) -> None:
     if rt is None:
         return
     if rt.kind == "container":
+        local = rt.image_source in ("build", "archive")
         if not rt.image:
             p.add(
                 "sparkctl_runtime.image",
                 "missing for kind container",
-                "set the SGLang image pinned by digest (name@sha256:<64 hex>)",
+                "set the SGLang image pinned by digest (name@sha256:<64 hex>)"
+                if not local else "set the local name:tag the built or loaded image gets",
             )
+        elif local and "@" in rt.image:
+            p.add(
+                "sparkctl_runtime.image",
+                f"{rt.image!r}: a {rt.image_source} image is named by a local name:tag, not a digest",
+                "write name:tag (pin the result with sparkctl_runtime.image_id)",
+            )
+        elif local:
+            pass  # pinned by the image ID stage records and checks identical on every node
         elif "@sha256:" in rt.image and not image_is_pinned(rt.image):
             digest = rt.image.split("@sha256:", 1)[1]
             p.add(
@@ -325,6 +336,19 @@ def check_runtime(d: Draft, p: Problems) -> None:
             )
     elif rt.kind == "venv" and rt.venv_path is None:
         p.add("sparkctl_runtime.venv_path", "missing for kind venv", "set the virtualenv path on the nodes")
+    if rt.image_source == "archive" and rt.image_archive is None:
+        p.add(
+            "sparkctl_runtime.image_archive",
+            "missing for image_source archive",
+            "give the `docker save` archive (.tar or .tar.zst) on the controller",
+        )
+    elif rt.image_source != "archive" and rt.image_archive is not None:
+        p.add("sparkctl_runtime.image_archive", f"only used with image_source archive, not {rt.image_source}",
+              "remove it, or set image_source: archive")
+    if rt.kind != "container":
+        for key in ("image_archive", "image_id"):
+            if getattr(rt, key) is not None:
+                p.add(f"sparkctl_runtime.{key}", f"only used with kind container, not {rt.kind}", "remove it")
     prof = d.profile
     if prof is None:
         return
@@ -334,12 +358,57 @@ def check_runtime(d: Draft, p: Problems) -> None:
             f"runtime kind lab needs a simulator profile, {prof.name} has none",
             "use the lab profile in the lab, or a real runtime (container, venv) on Sparks",
         )
-    if rt.kind != "lab" and prof.simulator is not None:
+    if rt.kind == "venv" and prof.simulator is not None:
         p.add(
             "sparkctl_runtime.kind",
             f"{rt.kind} cannot serve the simulator profile {prof.name}",
-            "use kind lab for the lab profile, or a real profile (r4-nvme, m1-1m)",
+            "use kind container (the lab's engine image) or lab for the lab profile, "
+            "or a real profile (r4-nvme, m1-1m)",
         )
+    _check_kit(d, p, rt, prof)
+
+
+def _check_kit(d: Draft, p: Problems, rt: Runtime, prof: Profile) -> None:
+    """sparkctl_kit against the source kind, the runtime and what the profile declares."""
+    kit: Kit | None = d.get("sparkctl_kit")
+    if kit is None:
+        if prof.kit is not None and prof.kit.required and rt.kind == "container":
+            p.add(
+                "sparkctl_kit",
+                f"the profile {prof.name} cannot serve without its serving kit",
+                "pin the publisher's repository: {source: git, url: …, commit: <40 hex>} "
+                "(see inventory/example)",
+            )
+        if rt.kind == "container" and rt.image_source == "build":
+            p.add("sparkctl_runtime.image_source", "build needs the serving kit's Dockerfile",
+                  "configure sparkctl_kit, or pull the image by digest")
+        return
+    if kit.source == "git":
+        for key in ("url", "commit"):
+            if getattr(kit, key) is None:
+                p.add(f"sparkctl_kit.{key}", "missing for source git",
+                      "the repository URL" if key == "url" else "pin the full 40-hex commit, never a branch")
+        for key in ("path", "location"):
+            if getattr(kit, key) is not None:
+                p.add(f"sparkctl_kit.{key}", "only used with source dir or tar",
+                      "remove it (a git kit is fetched on the controller)")
+    else:
+        if kit.path is None:
+            p.add("sparkctl_kit.path", f"missing for source {kit.source}",
+                  "the kit's directory" if kit.source == "dir" else "the kit's .tar/.tar.gz archive")
+        for key in ("url", "commit"):
+            if getattr(kit, key) is not None:
+                p.add(f"sparkctl_kit.{key}", "only used with source git", "remove it, or set source: git")
+    if rt.kind != "container":
+        p.add("sparkctl_kit",
+              f"a serving kit is mounted into the rank's container; runtime kind is {rt.kind}",
+              "set sparkctl_runtime.kind: container, or remove sparkctl_kit")
+    elif prof.kit is None:
+        p.add("sparkctl_kit", f"the profile {prof.name} declares no kit (mount point, overlays)",
+              "remove sparkctl_kit, or use a profile that mounts one (r4-nvme)")
+    elif rt.image_source == "build" and prof.kit.dockerfile is None:
+        p.add("sparkctl_runtime.image_source", f"the kit of {prof.name} has no Dockerfile to build",
+              "pull the image by digest or load an archive")
 
 
 def check_checkpoint(d: Draft, p: Problems) -> None:

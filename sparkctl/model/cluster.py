@@ -29,13 +29,16 @@ from sparkctl.model.types import (
     Commit,
     EnvName,
     Gib,
+    GitUrl,
     Hca,
     HfRepo,
     HostName,
+    ImageId,
     Mtu,
     Netdev,
     Port,
     Rank,
+    Sha256,
     ShortName,
 )
 from sparkctl.profiles import Profile
@@ -52,9 +55,31 @@ class Runtime(_Section):
     """How a rank runs on a node (``sparkctl_runtime``)."""
 
     kind: RuntimeKind
+    # The reference the ranks run: name@sha256:<digest> for `pull`, a local tag for build/archive.
     image: StrictStr | None = None
     allow_mutable_tag: StrictBool = False
     venv_path: AbsPath | None = None
+    # Where `sparkctl stage image` gets the image on the head before fanning it out: pulled by
+    # digest, built from the serving kit's Dockerfile, or loaded from a `docker save` archive.
+    image_source: Literal["pull", "build", "archive"] = "pull"
+    image_archive: AbsPath | None = None  # on the controller (image_source: archive)
+    image_id: ImageId | None = None  # optional pin: stage and up refuse any other image ID
+
+
+class Kit(_Section):
+    """The published serving kit (``sparkctl_kit``): a repository at a pinned commit, or a tree."""
+
+    source: Literal["git", "dir", "tar"]
+    url: GitUrl | None = None  # git
+    commit: Commit | None = None  # git: the full 40-hex commit, never a branch
+    path: AbsPath | None = None  # dir / tar
+    location: Literal["controller", "head"] | None = None  # dir / tar: where `path` lives
+    sha256: Sha256 | None = None  # expected digest of the whole tree (nodeside.kit.tree_digest)
+
+    @property
+    def on(self) -> str:
+        """Where the kit's source lives (git is always fetched on the controller)."""
+        return self.location or "controller"
 
 
 class Mgmt(_Section):
@@ -259,6 +284,7 @@ class Cluster(BaseModel):
     api_allow: list[IPv4Network]
     paths: Paths
     checkpoint: Checkpoint
+    kit: Kit | None = None
     secrets: dict[str, SecretRef]
     switch: Switch | None
     ssh_user: str

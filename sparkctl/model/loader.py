@@ -33,6 +33,7 @@ from sparkctl.model.cluster import (
     Cluster,
     Fabric,
     FabricPort,
+    Kit,
     Mgmt,
     Node,
     Paths,
@@ -71,6 +72,7 @@ SITE_KEYS: dict[str, Key] = {
     "sparkctl_api_allow": Key(list[IPv4Network], False, None),
     "sparkctl_paths": Key(Paths),
     "sparkctl_checkpoint": Key(Checkpoint),
+    "sparkctl_kit": Key(Kit | None, False, None),
     "sparkctl_secrets": Key(dict[StrictStr, SecretRef], False, {}),
 }
 # Keys of one Spark (host entry, host_vars, group_vars/sparks; defaults may sit in group_vars/all).
@@ -455,6 +457,7 @@ def load_inventory(path: Path | str, *, vault_password_file: Path | str | None =
         api_allow=list(api_allow) if api_allow is not None else [mgmt.subnet],
         paths=site["sparkctl_paths"],
         checkpoint=site["sparkctl_checkpoint"],
+        kit=site["sparkctl_kit"],
         secrets=secrets,
         switch=draft.switch,
         ssh_user=draft.ansible["ansible_user"],

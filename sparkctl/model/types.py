@@ -99,6 +99,37 @@ def _check_commit(value: str) -> str:
     return value
 
 
+_GIT_URL = re.compile(r"^(https://|ssh://|git://|file:///|/)[^\s]+$|^[A-Za-z0-9_.-]+@[A-Za-z0-9_.-]+:[^\s]+$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _check_git_url(value: str) -> str:
+    if not _GIT_URL.match(value) or "#" in value:
+        raise FieldError(
+            f"{value!r} is not a repository URL",
+            "write https://host/owner/name.git, ssh://…, user@host:path or an absolute path; "
+            "the revision goes in commit, never in the URL",
+        )
+    return value
+
+
+def _check_sha256(value: str) -> str:
+    if not _SHA256.match(value):
+        raise FieldError(
+            f"{value!r} is not a SHA-256 (64 lowercase hex)", "copy it as `sparkctl stage kit` prints it"
+        )
+    return value
+
+
+def _check_image_id(value: str) -> str:
+    if not (value.startswith("sha256:") and _SHA256.match(value[len("sha256:"):])):
+        raise FieldError(
+            f"{value!r} is not an image ID (sha256:<64 hex>)",
+            "copy it from `docker image inspect --format '{{.Id}}' <image>` on the head",
+        )
+    return value
+
+
 def _check_hf_repo(value: str) -> str:
     if not _HF_REPO.match(value):
         raise FieldError(
@@ -119,6 +150,9 @@ HostName = Annotated[StrictStr, AfterValidator(_check_hostname)]
 ShortName = Annotated[StrictStr, AfterValidator(_check_name)]
 EnvName = Annotated[StrictStr, AfterValidator(_check_env_name)]
 Commit = Annotated[StrictStr, AfterValidator(_check_commit)]
+GitUrl = Annotated[StrictStr, AfterValidator(_check_git_url)]
+Sha256 = Annotated[StrictStr, AfterValidator(_check_sha256)]
+ImageId = Annotated[StrictStr, AfterValidator(_check_image_id)]
 HfRepo = Annotated[StrictStr, AfterValidator(_check_hf_repo)]
 Gib = Annotated[StrictFloat, Field(gt=0, allow_inf_nan=False)]
 Mtu = Annotated[StrictInt, Field(ge=1280, le=16384)]

@@ -6,8 +6,9 @@ A profile holds only what does not depend on the site. Everything derived from t
 environment) is added by ``sparkctl.render`` and is refused here, so no fact lives in two places.
 
 Sites tune a profile with ``sparkctl_profile_overrides`` (same shape as the file): mappings merge
-per key (``args``, ``env``, ``memory``, ``gates``, ``simulator``), lists and scalars replace. In
-``args`` a value of ``false`` drops a flag; in ``env`` a value of ``null`` drops a variable.
+per key (``args``, ``env``, ``memory``, ``gates``, ``simulator``, ``container``, ``kit``), lists
+and scalars replace. In ``args`` a value of ``false`` drops a flag; in ``env`` a value of ``null``
+drops a variable.
 
 Size: one module on purpose — the profile schema and its loader (merge, validation, messages)
 describe one YAML file; SGLang's own flag catalogue lives apart in ``flags``.
@@ -59,6 +60,9 @@ CLUSTER_ENV: dict[str, str] = {
 # (container paths inside the container, host paths for venv and lab).
 PLACEHOLDERS = frozenset({"model_dir", "engram_dir", "cache_dir", "state_dir"})
 
+# Sections whose keys an override merges one by one (the rest replace whole).
+MERGED_SECTIONS = ("args", "env", "memory", "gates", "simulator", "container", "kit")
+
 _FLAG_RE = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -94,7 +98,13 @@ class LogMarker(_Strict):
     pattern: str = Field(min_length=1, description="regular expression searched in the rank log")
     ranks: Literal["head", "all"] = "all"
     count: int | None = Field(None, ge=1, description="exact number of matches, null = at least one")
-    required: bool = True
+    # true: a boot without it fails; false: informational; "with-kit": printed by the serving kit,
+    # so required when the site configures one (sparkctl_kit) and informational otherwise.
+    required: bool | Literal["with-kit"] = True
+
+    def required_for(self, has_kit: bool) -> bool:
+        """Whether a boot without this marker fails, given whether the site mounts the serving kit."""
+        return has_kit if self.required == "with-kit" else bool(self.required)
 
     @field_validator("pattern")
     @classmethod
@@ -121,6 +131,95 @@ class Gates(_Strict):
         description="seconds rank 0 may drain in-flight requests after SIGTERM before the forced shutdown "
                     "(`down`'s default grace, the container's stop time)",
     )
+
+
+def _relative(value: str) -> str:
+    parts = value.split("/")
+    if not value or value.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise ValueError(f"{value!r}: must be a relative path inside the kit (no '..', no leading '/')")
+    return value
+
+
+def _absolute(value: str) -> str:
+    if not value.startswith("/") or any(part in (".", "..") for part in value.split("/")):
+        raise ValueError(f"{value!r}: must be an absolute path without '..'")
+    return value.rstrip("/") or "/"
+
+
+class KitFile(_Strict):
+    """A file sparkctl renders from the inventory and mounts read-only where the kit expects it."""
+
+    render: Literal["r4-cluster-json"] = Field(description="which renderer writes it (render/kit.py)")
+    dst: str = Field(description="where the container sees it")
+
+    @field_validator("dst")
+    @classmethod
+    def _dst(cls, v: str) -> str:
+        return _absolute(v)
+
+
+class Kit(_Strict):
+    """How the published serving kit (sparkctl_kit in the inventory) is mounted into the rank's container.
+
+    The kit is the publisher's repository at a pinned commit: adapters and runtime under ``mount``,
+    and SGLang source overlays (``manifest``: rel -> before/after SHA-256) bound read-only, one file
+    each, over ``overlay_target`` in the image.
+    """
+
+    required: bool = Field(False, description="the profile cannot serve without its kit")
+    mount: str = Field(description="where the container sees the kit (read-only)")
+    manifest: str = Field(description="the overlay manifest inside the kit")
+    overlay_source: str = Field(description="directory of the overlay files inside the kit")
+    overlay_target: str = Field(description="the SGLang source tree in the image the overlays replace")
+    overlays: list[str] = Field(min_length=1, description="every overlay, as the manifest lists it")
+    adapters: list[str] = Field(
+        default_factory=list, description="kit directories that must be on PYTHONPATH"
+    )
+    dockerfile: str | None = Field(None, description="Dockerfile inside the kit (image_source: build)")
+    files: list[KitFile] = Field(default_factory=list)
+
+    @field_validator("mount", "overlay_target")
+    @classmethod
+    def _abs(cls, v: str) -> str:
+        return _absolute(v)
+
+    @field_validator("manifest", "overlay_source", "dockerfile")
+    @classmethod
+    def _rel(cls, v: str | None) -> str | None:
+        return None if v is None else _relative(v)
+
+    @field_validator("overlays", "adapters")
+    @classmethod
+    def _rel_list(cls, v: list[str]) -> list[str]:
+        for item in v:
+            _relative(item)
+        dup = sorted({x for x in v if v.count(x) > 1})
+        if dup:
+            raise ValueError(f"listed twice: {', '.join(dup)}")
+        return v
+
+
+class Container(_Strict):
+    """What the rank's container gets from the host besides its mounts (``docker run`` options)."""
+
+    gpus: str | None = Field("all", description="--gpus value; null on a node without NVIDIA's runtime")
+    devices: list[str] = Field(default_factory=lambda: ["/dev/infiniband"], description="--device paths")
+    ulimits: dict[str, str] = Field(
+        default_factory=lambda: {"memlock": "-1", "nofile": "1048576:1048576"},
+        description="--ulimit NAME=VALUE, in this order",
+    )
+
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, v: list[str]) -> list[str]:
+        return [_absolute(d) for d in v]
+
+    @field_validator("ulimits", mode="before")
+    @classmethod
+    def _ulimits(cls, v: Any) -> Any:
+        if isinstance(v, Mapping):
+            return {str(k): str(val) for k, val in v.items()}
+        return v
 
 
 class Needle(_Strict):
@@ -160,6 +259,23 @@ class Simulator(_Strict):
         "faults": "SPARKCTL_SIM_FAULT",
     }
 
+    # Where the serving kit is, for the simulator's launcher checks (the same contract).
+    KIT_ENV: ClassVar[dict[str, str]] = {
+        "mount": "SPARKCTL_SIM_KIT_DIR",
+        "manifest": "SPARKCTL_SIM_KIT_MANIFEST",
+        "overlay_target": "SPARKCTL_SIM_KIT_TARGET",
+        "adapters": "SPARKCTL_SIM_KIT_ADAPTERS",
+    }
+
+    def kit_environment(self, kit: Kit) -> dict[str, str]:
+        """The rank's environment telling the simulator where the mounted kit is."""
+        return {
+            self.KIT_ENV["mount"]: kit.mount,
+            self.KIT_ENV["manifest"]: kit.manifest,
+            self.KIT_ENV["overlay_target"]: kit.overlay_target,
+            self.KIT_ENV["adapters"]: ",".join(kit.adapters),
+        }
+
     def environment(self) -> dict[str, str]:
         """The rank's environment for these settings (no faults, no variable)."""
         env: dict[str, str] = {}
@@ -183,6 +299,8 @@ class Profile(_Strict):
     gates: Gates
     published: Published | None = None
     simulator: Simulator | None = None
+    container: Container = Field(default_factory=lambda: Container())
+    kit: Kit | None = None
 
     @field_validator("args")
     @classmethod
@@ -391,7 +509,7 @@ def _merge(base: dict[str, Any], overrides: Mapping[str, Any], where: str) -> di
     for key, value in overrides.items():
         if key == "name":
             raise InputError(f"{where}.name: the profile is chosen with sparkctl_profile, not overridden")
-        if key in ("args", "env", "memory", "gates", "simulator") and isinstance(value, Mapping):
+        if key in MERGED_SECTIONS and isinstance(value, Mapping):
             current = merged.get(key)
             section: dict[str, Any] = dict(current) if isinstance(current, Mapping) else {}
             for k, v in value.items():

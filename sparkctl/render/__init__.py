@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkctl.render import common, facts, host, monitoring, rank, switch
+from sparkctl.render import common, facts, host, kit, monitoring, rank, switch
 from sparkctl.render.common import secret_mark
 from sparkctl.render.facts import cluster_facts, node_facts
 from sparkctl.render.rank import rank_argv, rank_env
@@ -21,6 +21,7 @@ __all__ = [
     "common",
     "facts",
     "host",
+    "kit",
     "monitoring",
     "node_entry",
     "node_facts",
@@ -51,6 +52,8 @@ def node_files(cluster: Cluster, node: Node) -> tuple[dict[str, str], dict[str, 
     put(common.RANK_ENV_FILE, rank.rank_env_text(cluster, node), "0600")
     if rank.has_rank_secrets(cluster):
         put(common.RANK_SECRETS_FILE, rank.rank_secrets_text(cluster), "0600")
+    for path, text in kit.rendered_files(cluster).items():
+        put(path, text, "0644")
     put(common.NETPLAN_FILE, host.netplan(cluster, node), "0600")
     if cluster.fabric.host_qos:
         put(common.QOS_SCRIPT, host.qos_script(cluster, node), "0755")
@@ -79,6 +82,7 @@ def node_entry(cluster: Cluster, node: Node) -> dict[str, Any]:
     if cluster.runtime.kind == "container":
         launch["container"] = rank.container_name(cluster, node)
         launch["image"] = str(cluster.runtime.image)
+        launch["kit_files"] = sorted(kit.rendered_files(cluster))
     return {
         **node_facts(cluster, node),
         "rank_launch": launch,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkctl.render.kit import kit_facts
 from sparkctl.render.rank import api_url, served_model_name
 
 Cluster = Any  # sparkctl.model.Cluster (render does not import the model)
@@ -63,6 +64,14 @@ def cluster_facts(cluster: Cluster) -> dict[str, Any]:
         "api_url": api_url(cluster),
         "runtime": runtime.kind,
         "image": runtime.image,
+        "image_source": runtime.image_source,
+        "image_archive": None if runtime.image_archive is None else str(runtime.image_archive),
+        "image_id": runtime.image_id,
+        # What the rank's container gets from the host (the profile's `container` section).
+        "container": cluster.profile.container.model_dump(),
+        "kit": kit_facts(cluster),
+        # The profile is served by the lab's rank simulator (its host-side helpers are installed).
+        "simulator": cluster.profile.simulator is not None,
         "venv_path": None if runtime.venv_path is None else str(runtime.venv_path),
         "head": cluster.head.name,
         "nodes": [node_facts(cluster, n) for n in cluster.nodes],

@@ -61,14 +61,14 @@ def exporter_argv(cluster: Cluster, node: Node) -> list[str]:
         argv += ["--engram-dir", str(cluster.paths.engram_dir)]
     for port in node.fabric_ports:
         argv += ["--fabric", f"{port.netdev}:{port.hca}"]
-    if cluster.runtime.kind == "lab":
+    if cluster.profile.simulator is not None:
         argv += ["--nvml-module", LAB_NVML_MODULE]
     return argv
 
 
 def exporter_unit(cluster: Cluster, node: Node) -> str:
     """sparkctl-exporter.service: always on, read-only and without capabilities, restarted when it dies."""
-    path = EXPORTER_DIR + (f":{LAB_SIM_PATH}" if cluster.runtime.kind == "lab" else "")
+    path = EXPORTER_DIR + (f":{LAB_SIM_PATH}" if cluster.profile.simulator is not None else "")
     return f"""{c.header(f"Prometheus metrics of {node.name} (node exporter)").rstrip()}
 [Unit]
 Description=sparkctl node exporter of {node.name} (http://{node.mgmt_ip}:{cluster.ports.exporter}/metrics)

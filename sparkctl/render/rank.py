@@ -14,6 +14,7 @@ from typing import Any
 
 from sparkctl.errors import InputError
 from sparkctl.render import common as c
+from sparkctl.render import kit
 
 Cluster = Any  # sparkctl.model.Cluster (kept loose: render must not import the loader)
 Node = Any
@@ -113,9 +114,12 @@ def rank_env(cluster: Cluster, node: Node) -> dict[str, str]:
     fills = places(cluster)
     env = {key: c.fill(value, fills) for key, value in cluster.profile.env.items()}
     env.update(network_env(cluster, node))
-    if cluster.runtime.kind == "lab" and cluster.profile.simulator is not None:
-        # The lab's simulated rank reads its behaviour (boot delay, token rate, held memory) here.
+    if cluster.profile.simulator is not None:
+        # The lab's simulated rank reads its behaviour (boot delay, token rate, held memory) here,
+        # and where the serving kit is, to check it as the real launcher does.
         env.update(cluster.profile.simulator.environment())
+        if kit.enabled(cluster):
+            env.update(cluster.profile.simulator.kit_environment(cluster.profile.kit))
     return env
 
 
@@ -131,10 +135,12 @@ def docker_run(
 ) -> list[str]:
     """`docker run` of the pinned image: the one set of flags every container sparkctl starts gets.
 
-    Host network and IPC, the GPUs and the RDMA devices, locked memory and many open files, the
-    environment from a file (never ``-e KEY=VALUE`` on the command line), and never a pull: the
-    image is put on the nodes by provision, pinned by digest.
+    Host network and IPC, then what the profile's ``container`` section gives (the GPUs, the RDMA
+    devices, locked memory and many open files on a Spark; less in the lab), the environment from
+    a file (never ``-e KEY=VALUE`` on the command line), and never a pull: `sparkctl stage image`
+    put the same image ID on every node.
     """
+    box = cluster.profile.container
     cmd = [c.DOCKER, "run"]
     if remove:
         cmd.append("--rm")
@@ -144,12 +150,14 @@ def docker_run(
         "--network", "host",
         "--ipc", "host",
         "--cap-add", "IPC_LOCK",
-        "--ulimit", "memlock=-1",
-        "--ulimit", "nofile=1048576:1048576",
-        "--gpus", "all",
-        "--device", "/dev/infiniband",
-        "--env-file", env_file,
     ]
+    for limit, value in box.ulimits.items():
+        cmd += ["--ulimit", f"{limit}={value}"]
+    if box.gpus is not None:
+        cmd += ["--gpus", box.gpus]
+    for device in box.devices:
+        cmd += ["--device", device]
+    cmd += ["--env-file", env_file]
     for mount in mounts:
         cmd += ["--mount", mount]
     cmd += ["--entrypoint", entrypoint, str(cluster.runtime.image), *argv]
@@ -169,9 +177,18 @@ def container_command(cluster: Cluster, node: Node) -> list[str]:
     mounts = [
         bind(paths.model_dir, container_model_dir(cluster), readonly=True),
         bind(paths.engram_dir, c.CONTAINER_ENGRAM_DIR, readonly=True),
+    ]
+    if kit.enabled(cluster):
+        # The kit read-only where its adapters expect it, the files sparkctl renders for it, …
+        mounts.append(bind(kit.current(cluster), cluster.profile.kit.mount, readonly=True))
+        mounts += [bind(src, dst, readonly=True) for src, dst in kit.file_binds(cluster)]
+    mounts += [
         bind(run_dir / "cache", c.CONTAINER_CACHE_DIR),
         bind(run_dir / "state", c.CONTAINER_STATE_DIR),
     ]
+    if kit.enabled(cluster):
+        # … and one read-only bind per SGLang source overlay, over the file it replaces.
+        mounts += [bind(src, dst, readonly=True) for src, dst in kit.overlay_binds(cluster)]
     if has_rank_secrets(cluster):
         mounts.append(bind(c.RANK_SECRETS_FILE, c.RANK_SECRETS_FILE, readonly=True))
     return docker_run(cluster, container_name(cluster, node), mounts, argv[0], argv[1:])

@@ -13,6 +13,7 @@ import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 from sparkctl.model.redaction import strip_secrets
+from sparkctl.render import kit
 from sparkctl.render.rank import api_url, served_model_name
 from sparkctl.serve.http import HttpAnswer, auth_headers, get, http_reason
 from sparkctl.serve.probe import FleetLike, NodeFacts, collect, launch, unit_name
@@ -366,7 +367,7 @@ class BootWatch:
                     continue
                 n = int(counts.get(m.pattern, 0))
                 good = n == m.count if m.count is not None else n >= 1
-                if not good and m.required:
+                if not good and m.required_for(kit.enabled(self.cluster)):
                     want = f"exactly {m.count}" if m.count is not None else "at least one"
                     raise self.fail("log markers", name, f"{m.pattern!r}: {n} lines, want {want}", "markers")
             row.phases["markers"] = OK

@@ -55,6 +55,7 @@ def test_validate_json_errors(example_copy: Path, run_cli: Any, no_network: list
     path = example_copy / "group_vars/all/sparkctl.yml"
     doc = yaml.safe_load(path.read_text())
     doc["sparkctl_ports"]["api"] = 80
+    doc["sparkctl_runtime"]["image_source"] = "pull"
     doc["sparkctl_runtime"]["image"] = "lmsysorg/sglang:latest"
     path.write_text(yaml.safe_dump(doc))
     result = run_cli("-i", str(example_copy), "--json", "validate")
@@ -90,6 +91,7 @@ def test_validate_lab_style_inventory(example_copy: Path, run_cli: Any, no_netwo
     doc = yaml.safe_load(path.read_text())
     doc["sparkctl_profile"] = "lab"
     doc["sparkctl_runtime"] = {"kind": "lab"}
+    del doc["sparkctl_kit"]
     path.write_text(yaml.safe_dump(doc))
     result = run_cli("-i", str(example_copy), "--json", "validate")
     assert result.code == EXIT_OK, result.out

@@ -18,6 +18,7 @@ from sparkctl.model import Cluster, load_inventory
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "inventory" / "example"
+IMAGE = "lmsysorg/sglang@sha256:" + "3f" * 32
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +38,10 @@ def test_example_site_values(example: Cluster) -> None:
     assert example.ssh_user == "operator"
     assert example.known_hosts == Path("inventory/example/known_hosts")
     assert example.runtime.kind == "container"
-    assert example.runtime.image is not None and "@sha256:" in example.runtime.image
+    assert (example.runtime.image, example.runtime.image_source) == ("deepseek-v41-sglang4:tp4-nvme", "build")
     assert example.runtime.allow_mutable_tag is False
+    assert example.kit is not None and (example.kit.source, example.kit.on) == ("git", "controller")
+    assert example.kit.commit == "25e7cb82f6524e3bbc46db6a9a54125e75e36d0e"
     assert example.mgmt.subnet == IPv4Network("192.168.7.0/24")
     assert example.mgmt.interface == "enP7s7"
     assert example.fabric.subnets == [IPv4Network("10.77.0.0/24"), IPv4Network("10.77.1.0/24")]
@@ -99,7 +102,8 @@ def test_unknown_node_name_is_input_error(example: Cluster) -> None:
 
 
 def test_m1_profile_passes_without_a_note(example_copy: Path) -> None:
-    _edit(example_copy / "group_vars/all/sparkctl.yml", sparkctl_profile="m1-1m")
+    _edit(example_copy / "group_vars/all/sparkctl.yml", sparkctl_profile="m1-1m", sparkctl_kit=None,
+          sparkctl_runtime={"kind": "container", "image": IMAGE})
     cluster = load_inventory(example_copy)
     assert cluster.profile.name == "m1-1m"
     assert cluster.profile.args["--context-length"] == 1_048_576
@@ -109,7 +113,7 @@ def test_m1_profile_passes_without_a_note(example_copy: Path) -> None:
 
 def test_lab_runtime_needs_no_image(example_copy: Path) -> None:
     path = example_copy / "group_vars/all/sparkctl.yml"
-    _edit(path, sparkctl_profile="lab", sparkctl_runtime={"kind": "lab"})
+    _edit(path, sparkctl_profile="lab", sparkctl_runtime={"kind": "lab"}, sparkctl_kit=None)
     cluster = load_inventory(example_copy)
     assert cluster.runtime.kind == "lab" and cluster.runtime.image is None
     assert cluster.profile.simulator is not None
@@ -236,6 +240,8 @@ def test_million_context_refusal_shows_the_arithmetic(example_copy: Path) -> Non
         example_copy / "group_vars/all/sparkctl.yml",
         sparkctl_profile="m1-1m",
         sparkctl_profile_overrides={"args": {"--chunked-prefill-size": 4096}},
+        sparkctl_kit=None,
+        sparkctl_runtime={"kind": "container", "image": IMAGE},
     )
     with pytest.raises(InputError) as err:
         load_inventory(example_copy)

@@ -1,0 +1,140 @@
+"""The rendered r4-nvme rank container against the publisher's per-rank `docker run` line, item by item.
+
+The published line (rhys101's scripts/cluster.py ``command()`` + ``serve()``, as recorded in
+../shared/reference/seed-profiles.md §A.1) is kept here verbatim with its placeholders; the
+overlay list is the publisher's patches/manifest.json. Every option and mount of it must appear in
+sparkctl's rendered command with the same container path and the same read-only flag. The few
+deliberate differences are listed (and asserted) below, so a new one cannot slip in unnoticed.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkctl.model import load_inventory
+from sparkctl.render import common, kit, rank
+
+REPO = Path(__file__).resolve().parents[2]
+
+PUBLISHED = r"""
+docker run --pull never --network host --ipc host \
+  --cap-add IPC_LOCK --ulimit memlock=-1 --ulimit nofile=1048576:1048576 \
+  --mount type=bind,src=<model_store>,dst=/models,readonly \
+  --mount type=bind,src=<engram_dir>,dst=/engram,readonly \
+  --mount type=bind,src=<run_dir>/kit,dst=/opt/sglang4,readonly \
+  --mount type=bind,src=<run_dir>/kit/configs/cluster.json,dst=/config/profile.json,readonly \
+  --mount type=bind,src=<run_dir>/cache,dst=/cache \
+  --mount type=bind,src=<run_dir>/state,dst=/state \
+  --gpus all --device /dev/infiniband \
+  -d --name sglang4-<name>-r<rank> --entrypoint python3 <image> \
+  /opt/sglang4/runtime/launch.py --rank <rank>
+"""
+
+# patches/manifest.json of the publisher's kit: one read-only bind per entry,
+# src=<run_dir>/kit/patches/source/<rel>, dst=/sgl-workspace/sglang/<rel>.
+PUBLISHED_OVERLAYS = [
+    "python/sglang/srt/models/deepseek_v4.py",
+    "python/sglang/kernels/ops/attention/flash_mla_sm120.py",
+    "python/sglang/kernels/jit/csrc/deepseek_v4/c2.cuh",
+    "python/sglang/kernels/ops/attention/dsv4/c2.py",
+    "python/sglang/kernels/ops/attention/dsv4/candidate_blocks.py",
+    "python/sglang/kernels/ops/attention/dsv4/indexer_postprocess.py",
+    "python/sglang/srt/layers/attention/deepseek_v4_backend.py",
+    "python/sglang/srt/speculative/dspark_components/dspark_worker_v2.py",
+    "python/sglang/srt/distributed/device_communicators/pynccl.py",
+    "python/sglang/srt/distributed/parallel_state.py",
+    "python/sglang/srt/managers/scheduler_components/batch_result_processor.py",
+]
+
+
+def _options(words: list[str]) -> tuple[list[str], dict[str, tuple[str, bool]]]:
+    """(plain options as 'flag value' items, mounts as dst -> (src, readonly)) of a docker run."""
+    opts: list[str] = []
+    mounts: dict[str, tuple[str, bool]] = {}
+    i = words.index("run") + 1
+    while i < len(words):
+        w = words[i]
+        if w == "--entrypoint":
+            break
+        if w == "--mount":
+            fields = dict(f.split("=", 1) if "=" in f else (f, "") for f in words[i + 1].split(","))
+            assert fields.pop("type") == "bind"
+            mounts[fields["dst"]] = (fields["src"], "readonly" in fields)
+            i += 2
+        elif w in ("-d", "--rm"):
+            opts.append(w)
+            i += 1
+        else:
+            opts.append(f"{w} {words[i + 1]}")
+            i += 2
+    return opts, mounts
+
+
+@pytest.fixture(scope="module")
+def example() -> Any:
+    return load_inventory(REPO / "inventory" / "example")
+
+
+def test_every_published_option_is_rendered(example: Any) -> None:
+    node = example.node("spark-2")
+    ours, _ = _options(rank.container_command(example, node))
+    published, _ = _options(shlex.split(PUBLISHED.replace("\\\n", " ")))
+    for item in published:
+        if item.startswith("--name ") or item == "-d":
+            continue  # named per cluster below; the unit supervises it in the foreground
+        assert item in ours, item
+    assert f"--name {rank.container_name(example, node)}" in ours
+    # sparkctl's additions: the environment from a 0600 file (the API key never in argv).
+    assert sorted(set(ours) - set(published)) == [
+        f"--env-file {common.RANK_ENV_FILE}", f"--name {rank.container_name(example, node)}"
+    ]
+
+
+def test_every_published_mount_is_rendered_with_the_same_target_and_mode(example: Any) -> None:
+    node = example.node("spark-2")
+    _, ours = _options(rank.container_command(example, node))
+    _, published = _options(shlex.split(PUBLISHED.replace("\\\n", " ")))
+    run_dir = str(example.paths.run_dir)
+    current = kit.current(example)
+    for rel in PUBLISHED_OVERLAYS:
+        published[f"/sgl-workspace/sglang/{rel}"] = (f"<run_dir>/kit/patches/source/{rel}", True)
+    # Same bytes, sparkctl's layout on the host: the checkpoint directory itself (the engine reads
+    # the same /models/<sub> path), the verified kit version behind `current`, the cluster file
+    # rendered from the inventory next to it.
+    expected_src = {
+        "/models": None,
+        "/engram": str(example.paths.engram_dir),
+        "/opt/sglang4": current,
+        "/config/profile.json": kit.file_host_path(example, "/config/profile.json"),
+        "/cache": f"{run_dir}/cache",
+        "/state": f"{run_dir}/state",
+    }
+    for dst, (src, readonly) in published.items():
+        if dst == "/models":
+            model = rank.container_model_dir(example)
+            assert ours[model] == (str(example.paths.model_dir), True)
+            argv = rank.rank_argv(example, node)
+            assert argv[argv.index("--model-path") + 1] == model
+            continue
+        assert dst in ours, f"missing mount {dst}"
+        got_src, got_ro = ours[dst]
+        assert got_ro == readonly, dst
+        want = expected_src.get(dst) or src.replace("<run_dir>/kit", current)
+        assert got_src == want, dst
+    overlays = [dst for dst in ours if dst.startswith("/sgl-workspace/sglang/")]
+    assert len(overlays) == 11
+    # sparkctl's one addition: the 0600 secrets file SGLang reads through --config.
+    extra = set(ours) - set(published) - {rank.container_model_dir(example)}
+    assert extra == {common.RANK_SECRETS_FILE}
+
+
+def test_the_engine_argv_is_the_one_plan_shows(example: Any) -> None:
+    node = example.node("spark-2")
+    cmd = rank.container_command(example, node)
+    i = cmd.index("--entrypoint")
+    assert cmd[i + 2] == example.runtime.image
+    assert [cmd[i + 1], *cmd[i + 3:]] == rank.rank_argv(example, node)

@@ -299,7 +299,7 @@ class Profile(_Strict):
     gates: Gates
     published: Published | None = None
     simulator: Simulator | None = None
-    container: Container = Field(default_factory=lambda: Container())
+    container: Container = Field(default_factory=lambda: Container.model_validate({}))
     kit: Kit | None = None
 
     @field_validator("args")

@@ -55,6 +55,7 @@ def validate_table(cluster: Cluster) -> Table:
             f"bootstrap over {cluster.fabric.bootstrap_over}",
         ),
         ("switch", f"{sw.name} ({sw.type}, {sw.host}, MTU {sw.mtu})" if sw else "none"),
+        *_runtime_rows(cluster),
         (
             "memory",
             f"KV {prof.kv_pool_gib:.2f} GiB + weights {prof.memory.weights_gib_per_rank:g} GiB "
@@ -72,6 +73,20 @@ def validate_table(cluster: Cluster) -> Table:
     for warning in cluster.warnings:
         table.add_row(ui.SKIP, "note", warning)
     return table
+
+
+def _runtime_rows(cluster: Any) -> list[tuple[str, str]]:
+    """What the ranks run: the image and where it comes from, and the serving kit."""
+    rt = cluster.runtime
+    if rt.kind != "container":
+        return []
+    pin = f", pinned {rt.image_id[:19]}…" if rt.image_id else ""
+    rows = [("image", f"{rt.image} ({rt.image_source}{pin})")]
+    kit, pk = cluster.kit, cluster.profile.kit
+    if kit is not None and pk is not None:
+        where = f"{kit.url} @ {kit.commit}" if kit.source == "git" else f"{kit.source} {kit.path} on {kit.on}"
+        rows.append(("kit", f"{where} → {pk.mount}, {len(pk.overlays)} overlays over {pk.overlay_target}"))
+    return rows
 
 
 def validate(

@@ -177,6 +177,17 @@ class Kit(_Strict):
     )
     dockerfile: str | None = Field(None, description="Dockerfile inside the kit (image_source: build)")
     files: list[KitFile] = Field(default_factory=list)
+    # engine: the container runs `sglang serve <argv>` as sparkctl renders it (the API key through
+    # --config). launcher: it runs the kit's own launcher (``launcher``, ``${rank}`` filled), which
+    # re-checks the kit and builds SGLang's arguments itself from the rendered cluster file.
+    entrypoint: Literal["engine", "launcher"] = "engine"
+    launcher: list[str] = Field(default_factory=list, description="the kit's launcher argv")
+
+    @model_validator(mode="after")
+    def _launcher(self) -> Kit:
+        if self.entrypoint == "launcher" and not self.launcher:
+            raise ValueError("entrypoint launcher needs the launcher argv (e.g. [python3, <mount>/launch.py])")
+        return self
 
     @field_validator("mount", "overlay_target")
     @classmethod

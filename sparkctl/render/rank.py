@@ -191,7 +191,13 @@ def container_command(cluster: Cluster, node: Node) -> list[str]:
         mounts += [bind(src, dst, readonly=True) for src, dst in kit.overlay_binds(cluster)]
     if has_rank_secrets(cluster):
         mounts.append(bind(c.RANK_SECRETS_FILE, c.RANK_SECRETS_FILE, readonly=True))
-    return docker_run(cluster, container_name(cluster, node), mounts, argv[0], argv[1:])
+    name = container_name(cluster, node)
+    if kit.enabled(cluster) and cluster.profile.kit.entrypoint == "launcher":
+        # The kit's launcher checks the kit, then execs SGLang with the arguments it builds from
+        # the cluster file (the same values as `argv`, which plan keeps showing).
+        launcher = [a.replace("${rank}", str(node.rank)) for a in cluster.profile.kit.launcher]
+        return docker_run(cluster, name, mounts, launcher[0], launcher[1:])
+    return docker_run(cluster, name, mounts, argv[0], argv[1:])
 
 
 def nccl_check(cluster: Cluster, node: Node) -> dict[str, Any]:

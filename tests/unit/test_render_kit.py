@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from sparkctl.errors import InputError
 from sparkctl.model import load_inventory
 from sparkctl.model.cluster import Runtime
 from sparkctl.profiles import load_profile
@@ -83,3 +85,24 @@ def test_the_lab_profile_declares_what_differs_from_a_spark_as_data(example: Any
     assert env["SPARKCTL_SIM_KIT_MANIFEST"] == "patches/manifest.json"
     assert env["SPARKCTL_SIM_KIT_ADAPTERS"] == "adapter"
     assert "SPARKCTL_SIM_BOOT_DELAY_S" in env
+
+
+def test_the_kits_launcher_as_entry_point_keeps_the_mounts(example: Any) -> None:
+    pk = example.profile.kit.model_copy(update={"entrypoint": "launcher"})
+    site = example.model_copy(update={"profile": example.profile.model_copy(update={"kit": pk})})
+    node = site.node("spark-3")
+    cmd = rank.container_command(site, node)
+    i = cmd.index("--entrypoint")
+    launch = ["/opt/sglang4/runtime/launch.py", "--rank", "3"]
+    assert cmd[i:] == ["--entrypoint", "python3", site.runtime.image, *launch]
+    assert cmd[:i] == rank.container_command(example, node)[:i]
+
+
+def test_the_launcher_cannot_carry_the_api_key(example_copy: Path) -> None:
+    path = example_copy / "group_vars/all/sparkctl.yml"
+    doc = yaml.safe_load(path.read_text())
+    doc["sparkctl_profile_overrides"] = {"kit": {"entrypoint": "launcher"}}
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InputError) as err:
+        load_inventory(example_copy)
+    assert any("cannot pass the API key" in line for line in err.value.details)

@@ -186,7 +186,7 @@ class Kit(_Strict):
     @model_validator(mode="after")
     def _launcher(self) -> Kit:
         if self.entrypoint == "launcher" and not self.launcher:
-            raise ValueError("entrypoint launcher needs the launcher argv (e.g. [python3, <mount>/launch.py])")
+            raise ValueError("entrypoint launcher needs the launcher argv ([python3, <mount>/launch.py])")
         return self
 
     @field_validator("mount", "overlay_target")

@@ -183,7 +183,7 @@ def test_build_refuses_a_missing_kit_and_a_missing_base(docker: Docker, tmp_path
     (kit / "docker").mkdir(parents=True)
     (kit / "docker" / "Dockerfile").write_text("FROM sparkctl-lab/engine-base:bookworm\nCOPY . /opt/kit\n")
     with pytest.raises(
-        image.ImageError, match=r"spark-0: the base image.* engine-base:bookworm of .* never pulls"
+        image.ImageError, match=r"spark-0: the base image.*/engine-base:bookworm of .* never pulls"
     ):
         image.build(REF, str(kit), "docker/Dockerfile", "spark-0")
     docker.add(OTHER_ID, "sparkctl-lab/engine-base:bookworm")

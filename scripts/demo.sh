@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: the whole sparkctl flow on the built-in lab (four nspawn "Sparks" + a Linux switch;
-# the GB10 engine is replaced by the rank simulator, and every output says so).
+# the GB10 engine is replaced by the rank simulator, and every output says so). The ranks run as
+# Docker containers of the image built from the lab's synthetic serving kit, as on the Sparks.
 # Each step's full output is kept under results/demo-<time>/; the lab stays up afterwards
 # (`make lab-down` removes it).
 set -uo pipefail
@@ -16,6 +17,18 @@ mkdir -p "$out"
 inv=inventory/lab
 n=0
 started=$(date +%s)
+
+# `docker ps` of the sparkctl rank containers on every Spark: expect (yes) one running on each, or (no) none.
+containers() {
+  local want=$1 node names bad=0
+  for node in spark-0 spark-1 spark-2 spark-3; do
+    names=$(ssh -F "$inv/ssh_config" "$node" "docker ps --filter name=sparkctl- --format '{{.Names}} {{.Status}}'") || return 1
+    printf '%s: %s\n' "$node" "${names:-(no rank container)}"
+    if [ "$want" = yes ] && [ -z "$names" ]; then bad=1; fi
+    if [ "$want" = no ] && [ -n "$names" ]; then bad=1; fi
+  done
+  return "$bad"
+}
 
 step() {
   local name=$1; shift
@@ -39,6 +52,11 @@ step plan           sparkctl -i "$inv" plan --node spark-3
 step provision      sparkctl -i "$inv" provision
 step provision-again sparkctl -i "$inv" provision
 step check-fabric   sparkctl -i "$inv" check fabric
+# The serving kit (a git repository `lab up` wrote) fetched on the controller and fanned out, then
+# the engine image built from its Dockerfile on the head and fanned out; `stage all` repeats both
+# (moving nothing) before the weights.
+step stage-kit      sparkctl -i "$inv" stage kit
+step stage-image    sparkctl -i "$inv" stage image
 ckpt=$(python3 -c 'import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))["sparkctl_checkpoint"]["path"])' \
   "$inv/group_vars/all/sparkctl.yml")
 step checkpoint     python3 tests/fixtures/synth_checkpoint.py "$ckpt" --filler-shards 4 --filler-mib 64 --engram-rows 65536
@@ -46,6 +64,7 @@ step stage          sparkctl -i "$inv" stage all
 step stage-again    sparkctl -i "$inv" stage all
 step up             sparkctl -i "$inv" up --yes
 step status         sparkctl -i "$inv" status
+step containers     containers yes
 # A real Prometheus (Debian's package) on a loopback port, scraping every node's exporter and rank 0's
 # /metrics with the generated configuration while qualify and bench run; stopped before `down`.
 step monitoring-config sparkctl -i "$inv" monitoring config --interval 5 -o "$out/prometheus.yml"
@@ -59,6 +78,7 @@ step bench          sparkctl -i "$inv" bench --concurrency 1,4,8 --repeats 2 --p
 step prometheus     python3 scripts/prometheus_check.py "http://127.0.0.1:$prom_port" --targets 5
 kill "$prom_pid" 2>/dev/null; wait "$prom_pid" 2>/dev/null
 step down           sparkctl -i "$inv" down
+step no-containers  containers no
 
 printf '\n\033[1mdemo done in %ss.\033[0m Outputs: %s (bench plot: %s/ladder.png)\n' "$(( $(date +%s) - started ))" "$out" "$out"
 echo "The lab is still up: ssh -F $inv/ssh_config spark-0 · sparkctl -i $inv status · make lab-down"

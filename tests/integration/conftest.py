@@ -5,6 +5,7 @@ Use the ``lab`` fixture in any integration test::
     def test_something(lab):
         assert lab.ssh("spark-2", "hostname").stdout.strip() == "spark-2"
         lab.run_sparkctl("provision")          # sparkctl -i <lab inventory> provision
+        lab.stage_runtime()                    # stage kit, then stage image (before any `up`)
         with lab.port_mtu("s2a", 1500):        # chaos, undone on exit
             ...
 
@@ -159,6 +160,16 @@ class Lab:
         return subprocess.run(
             argv, capture_output=True, text=True, timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})}
         )
+
+    def stage_runtime(self, timeout: float = 1800) -> None:
+        """`sparkctl stage kit`, then `sparkctl stage image`: what every `up` of the lab's
+        containers needs first (the kit mounted by the ranks, the image they run)."""
+        for what in ("kit", "image"):
+            proc = self.run_sparkctl("stage", what, timeout=timeout)
+            if proc.returncode != 0:
+                raise AssertionError(
+                    f"sparkctl stage {what} exited {proc.returncode}: {(proc.stderr or proc.stdout)[-2000:]}"
+                )
 
     def status(self) -> dict[str, dict[str, Any]]:
         from sparkctl_lab import control

@@ -158,7 +158,7 @@ def test_completion_of_limit_lists_hosts_and_skips_chosen_ones(complete: Any, ex
 def test_completion_of_profiles_tags_and_stage_targets(complete: Any) -> None:
     assert complete("sparkctl profiles show ") == ["lab", "m1-1m", "r4-nvme"]
     assert complete("sparkctl provision --tags fabric,q") == ["fabric,qos"]
-    assert complete("sparkctl stage ") == ["weights", "engram", "all"]
+    assert complete("sparkctl stage ") == ["kit", "image", "weights", "engram", "all"]
     assert complete("sparkctl switch ") == ["show", "diff", "apply"]
 
 

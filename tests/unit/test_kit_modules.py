@@ -76,7 +76,7 @@ def test_stage_a_version_then_tamper_with_one_overlay(repo: Path, tmp_path: Path
     store = tmp_path / "store"
     # The head lacks every file; a head-side source is copied in (here: the exported tree).
     failed, diff = module("spark_kit_store", {"store": str(store), "version": commit,
-                                              "expected": src["manifest"]}, check=True)
+                                              "expected": src["manifest"], "src": src["dir"]}, check=True)
     assert not failed and diff["changed"] and len(diff["missing"]) == len(src["manifest"]["files"])
     assert not store.exists()  # check mode created nothing
     failed, put = module("spark_kit_store", {"store": str(store), "version": commit,
@@ -129,3 +129,24 @@ def test_version_names_are_refused_when_unsafe(tmp_path: Path) -> None:
                          {"store": str(tmp_path), "version": "../x", "expected": {"files": []}})
     assert failed and "unsafe or non-normal path '../x'" in res["msg"]
     assert nk.current_version(str(tmp_path)) is None
+
+
+def test_prune_repairs_a_file_changed_in_place_keeping_size_and_time(repo: Path, tmp_path: Path) -> None:
+    commit = git(repo, "rev-parse", "HEAD")
+    _, src = module("spark_kit_source", source_args(repo, tmp_path / "cache", commit))
+    store = tmp_path / "store"
+    args = {"store": str(store), "version": commit, "expected": src["manifest"], "src": src["dir"]}
+    assert not module("spark_kit_store", args)[0]
+    rel = "adapter/sitecustomize.py"
+    path = store / commit / rel
+    st = path.stat()
+    path.write_bytes(b"# adaptex\n")  # same size
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # same time
+    (store / commit / "stray.txt").write_text("not the kit's")
+    failed, res = module("spark_kit_store", {**args, "src": "", "prune": True}, check=True)
+    assert not failed and res["changed"] and res["pruned"] == [rel, "stray.txt"] and path.exists()
+    failed, res = module("spark_kit_store", {**args, "src": "", "prune": True})
+    assert not failed and res["changed"] and res["missing"] == [rel] and res["differing"] == [rel]
+    assert not path.exists() and not (store / commit / "stray.txt").exists()
+    failed, res = module("spark_kit_store", {**args, "prune": True})
+    assert not failed and res["copied"] == [rel] and path.read_text() == "# adapter\n"

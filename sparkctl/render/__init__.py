@@ -81,7 +81,7 @@ def node_entry(cluster: Cluster, node: Node) -> dict[str, Any]:
     }
     if cluster.runtime.kind == "container":
         launch["container"] = rank.container_name(cluster, node)
-        launch["image"] = str(cluster.runtime.image)
+        launch["image"] = rank.run_image(cluster)
         launch["kit_files"] = sorted(kit.rendered_files(cluster))
     return {
         **node_facts(cluster, node),

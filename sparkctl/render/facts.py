@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkctl.render.kit import kit_facts
-from sparkctl.render.rank import api_url, served_model_name
+from sparkctl.render.rank import api_url, run_image, served_model_name
 
 Cluster = Any  # sparkctl.model.Cluster (render does not import the model)
 Node = Any
@@ -65,6 +65,8 @@ def cluster_facts(cluster: Cluster) -> dict[str, Any]:
         "runtime": runtime.kind,
         "image": runtime.image,
         "image_source": runtime.image_source,
+        # The name `docker run` uses on every node (a pulled image: a tag derived from its digest).
+        "image_run_ref": None if runtime.image is None else run_image(cluster),
         "image_archive": None if runtime.image_archive is None else str(runtime.image_archive),
         "image_id": runtime.image_id,
         # What the rank's container gets from the host (the profile's `container` section).

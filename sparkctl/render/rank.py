@@ -13,6 +13,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from sparkctl.errors import InputError
+from sparkctl.nodeside import images
 from sparkctl.render import common as c
 from sparkctl.render import kit
 
@@ -160,8 +161,14 @@ def docker_run(
     cmd += ["--env-file", env_file]
     for mount in mounts:
         cmd += ["--mount", mount]
-    cmd += ["--entrypoint", entrypoint, str(cluster.runtime.image), *argv]
+    cmd += ["--entrypoint", entrypoint, run_image(cluster), *argv]
     return cmd
+
+
+def run_image(cluster: Cluster) -> str:
+    """The image `docker run` names: a built or loaded image by its name, a pulled one by the tag
+    `stage image` derives from its digest on every node (a loaded image keeps no digest)."""
+    return images.run_reference(str(cluster.runtime.image))
 
 
 def bind(src: Any, dst: str, readonly: bool = False) -> str:

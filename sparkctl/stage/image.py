@@ -10,8 +10,8 @@ same on every node (and equal the inventory's pin, when there is one).
 
 An image referenced by digest (``name@sha256:…``) keeps no repository digest through save/load,
 so on a node that loaded it the reference does not resolve: such a node is looked up by the
-expected image ID instead, and the loaded image is tagged ``<name>:sparkctl-<id12>`` so that it
-is never dangling.
+expected image ID instead, and every node tags the image with
+:func:`sparkctl.nodeside.images.run_reference` — the name the rank's ``docker run`` uses.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ import shutil
 import subprocess
 from typing import Any
 
+from ..nodeside.images import is_digest_ref, run_reference
 from . import manifest as mf
 
 ARCHIVE = "image.tar.zst"
 ARCHIVE_PLAIN = "image.tar"
 IMAGES_DIR = "images"
 BLOCK = 8 << 20
-DIGEST_REF = re.compile(r"@sha256:[0-9a-f]{64}$")
 IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
@@ -47,19 +47,6 @@ def _docker(argv: list[str], timeout: float | None = 120, **kw: Any) -> subproce
     return subprocess.run(
         ["docker", *argv], capture_output=True, text=True, timeout=timeout, check=False, **kw
     )
-
-
-def is_digest_ref(ref: str) -> bool:
-    return bool(DIGEST_REF.search(ref))
-
-
-def repository(ref: str) -> str:
-    """``name`` of ``name:tag`` / ``name@sha256:…`` (a registry port stays part of the name)."""
-    name = ref.split("@", 1)[0]
-    last = name.rsplit("/", 1)[-1]
-    if ":" in last:
-        name = name[: len(name) - len(last)] + last.split(":", 1)[0]
-    return name
 
 
 def archive_dir(run_dir: str, image_id: str) -> str:
@@ -319,8 +306,8 @@ def load(
             f"{node}: docker load of {archive} failed ({err[-400:] or 'no message'}); "
             "the previous image stays"
         )
-    if expected_id and is_digest_ref(ref):  # no repository digest survives save/load: tag it by ID
-        _docker(["tag", expected_id, f"{repository(ref)}:sparkctl-{expected_id.split(':')[-1][:12]}"])
+    if expected_id and is_digest_ref(ref):  # no repository digest survives save/load: tag it
+        _docker(["tag", expected_id, run_reference(ref)])
     after = node_image(ref, expected_id)
     if after is None:
         raise ImageError(

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from sparkctl.nodeside import images
 from sparkctl.stage import image
 from sparkctl.stage import manifest as mf
 
@@ -84,8 +85,14 @@ def test_a_digest_reference_is_found_by_id_after_a_load(docker: Docker) -> None:
     docker.add(HEAD_ID, "nvcr.io/x/sglang:sparkctl-aaaaaaaaaaaa")
     assert image.node_image(ref, None) is None
     assert image.node_image(ref, HEAD_ID) == {"id": HEAD_ID, "size": 4096, "by": "id"}
-    assert image.repository(ref) == "nvcr.io/x/sglang"
-    assert image.repository("registry:5000/a/b:tag") == "registry:5000/a/b"
+    assert images.repository(ref) == "nvcr.io/x/sglang"
+    assert images.repository("registry:5000/a/b:tag") == "registry:5000/a/b"
+
+
+def test_a_pulled_image_runs_under_a_tag_derived_from_its_digest_alone() -> None:
+    ref = "nvcr.io/x/sglang:v1@sha256:" + "c" * 64
+    assert images.run_reference(ref) == "nvcr.io/x/sglang:sparkctl-cccccccccccc"
+    assert images.run_reference("sparkctl-lab/engine:kit") == "sparkctl-lab/engine:kit"
 
 
 @needs_zstd

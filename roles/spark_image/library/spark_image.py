@@ -55,6 +55,7 @@ import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sparkctl.nodeside import images
 from ansible.module_utils.sparkctl.stage import fanout, image, transfer
 
 
@@ -83,13 +84,28 @@ def _fanout(module, p):
 def _pull(module, p):
     have = image.inspect(p["ref"])
     if have is not None and (not p["expected_id"] or have["id"] == p["expected_id"]):
+        if image.inspect(images.run_reference(p["ref"])) is None and not module.check_mode:
+            _tag_for_run(module, p, have)
+            module.exit_json(changed=True, image=have)
         module.exit_json(changed=False, image=have)
     if module.check_mode:
         module.exit_json(changed=True, image=have)
     proc = module.run_command(["docker", "pull", p["ref"]])
     if proc[0] != 0:
         module.fail_json(msg=f"{p['node']}: docker pull {p['ref']} failed: {proc[2].strip()[-400:]}")
-    module.exit_json(changed=True, image=image.inspect(p["ref"]), previous=have)
+    pulled = image.inspect(p["ref"])
+    _tag_for_run(module, p, pulled)
+    module.exit_json(changed=True, image=pulled, previous=have)
+
+
+def _tag_for_run(module, p, found):
+    """Give a pulled image the local tag the rank's docker run names (see nodeside.images)."""
+    run_ref = images.run_reference(p["ref"])
+    if found is None or run_ref == p["ref"]:
+        return
+    proc = module.run_command(["docker", "tag", found["id"], run_ref])
+    if proc[0] != 0:
+        module.fail_json(msg=f"{p['node']}: docker tag {found['id']} {run_ref} failed: {proc[2].strip()[-400:]}")
 
 
 def main():

@@ -1,0 +1,34 @@
+"""Image references (standard library only): the controller renders them, the nodes resolve them.
+
+A pulled image is named by digest (``name@sha256:…``), but ``docker save``/``docker load`` keeps
+no repository digest, so on a node that loaded it that reference never resolves. `sparkctl stage
+image` therefore gives the image one more local tag on every node, derived from the digest alone
+(:func:`run_reference`), and the rank's ``docker run`` names that tag: the same on all four nodes,
+known before anything is pulled, and pointing at exactly the bytes of the digest.
+"""
+
+from __future__ import annotations
+
+import re
+
+DIGEST_REF = re.compile(r"@sha256:([0-9a-f]{64})$")
+
+
+def is_digest_ref(ref: str) -> bool:
+    return bool(DIGEST_REF.search(ref))
+
+
+def repository(ref: str) -> str:
+    """``name`` of ``name:tag`` / ``name@sha256:…`` (a registry port stays part of the name)."""
+    name = ref.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    if ":" in last:
+        name = name[: len(name) - len(last)] + last.split(":", 1)[0]
+    return name
+
+
+def run_reference(ref: str) -> str:
+    """What ``docker run`` names on every node: ``<name>:sparkctl-<first 12 hex of the digest>``
+    for a digest reference, the reference itself (a local name:tag) otherwise."""
+    m = DIGEST_REF.search(ref)
+    return f"{repository(ref)}:sparkctl-{m.group(1)[:12]}" if m else ref

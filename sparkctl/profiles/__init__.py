@@ -6,7 +6,8 @@ A profile holds only what does not depend on the site. Everything derived from t
 environment) is added by ``sparkctl.render`` and is refused here, so no fact lives in two places.
 
 Sites tune a profile with ``sparkctl_profile_overrides`` (same shape as the file): mappings merge
-per key (``args``, ``env``, ``memory``, ``gates``, ``simulator``, ``container``, ``kit``), lists
+per key (``args``, ``env``, ``memory``, ``gates``, ``simulator``, ``container``, ``kit``,
+``thermals``), lists
 and scalars replace. In ``args`` a value of ``false`` drops a flag; in ``env`` a value of ``null``
 drops a variable.
 
@@ -61,7 +62,7 @@ CLUSTER_ENV: dict[str, str] = {
 PLACEHOLDERS = frozenset({"model_dir", "engram_dir", "cache_dir", "state_dir"})
 
 # Sections whose keys an override merges one by one (the rest replace whole).
-MERGED_SECTIONS = ("args", "env", "memory", "gates", "simulator", "container", "kit")
+MERGED_SECTIONS = ("args", "env", "memory", "gates", "simulator", "container", "kit", "thermals")
 
 _FLAG_RE = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -131,6 +132,29 @@ class Gates(_Strict):
         description="seconds rank 0 may drain in-flight requests after SIGTERM before the forced shutdown "
                     "(`down`'s default grace, the container's stop time)",
     )
+
+
+class Thermals(_Strict):
+    """When `status`, `watch`, `bench` and `qualify` call a GPU hot or throttled (warnings: they never
+    change the verdict). The defaults are a starting point for stacked Sparks; tune them per site."""
+
+    gpu_temp_warn_c: float = Field(85.0, gt=0, le=150, description="GPU temperature (°C) warned about")
+    gpu_temp_crit_c: float = Field(
+        92.0, gt=0, le=150, description="GPU temperature (°C) warned about as critical (act now)"
+    )
+    sm_clock_ratio_warn: float = Field(
+        0.75, gt=0, le=1, description="SM clock / its maximum below this, under load, is throttling"
+    )
+    load_util_pct: float = Field(
+        50.0, ge=0, le=100, description="GPU utilization (%) from which the GPU counts as under load"
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Thermals:
+        if self.gpu_temp_crit_c <= self.gpu_temp_warn_c:
+            raise ValueError(f"gpu_temp_crit_c {self.gpu_temp_crit_c:g} must be above "
+                             f"gpu_temp_warn_c {self.gpu_temp_warn_c:g}")
+        return self
 
 
 def _relative(value: str) -> str:
@@ -312,6 +336,7 @@ class Profile(_Strict):
     simulator: Simulator | None = None
     container: Container = Field(default_factory=lambda: Container.model_validate({}))
     kit: Kit | None = None
+    thermals: Thermals = Field(default_factory=lambda: Thermals.model_validate({}))
 
     @field_validator("args")
     @classmethod

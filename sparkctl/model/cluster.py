@@ -6,6 +6,7 @@ and so on), so an error path in ``validate`` is also where to look in the YAML.
 
 from __future__ import annotations
 
+import re
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -16,6 +17,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     StrictBool,
+    StrictInt,
     StrictStr,
     field_validator,
     model_validator,
@@ -256,6 +258,59 @@ class Node(_Section):
         return self.rank == 0
 
 
+IdentityField = Literal["os", "kernel", "nvidia_driver", "cuda", "cx7_firmware", "bios"]
+_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+_VERSION = re.compile(r"^[A-Za-z0-9.+~:-]+$")
+
+
+class Upgrade(_Section):
+    """`sparkctl upgrade` (``sparkctl_upgrade``): what a rolling upgrade brings every node to, one
+    node at a time. Nothing here is a range: each package is pinned to one exact version."""
+
+    packages: dict[StrictStr, StrictStr] = Field(default_factory=dict)  # name -> exact apt version
+    debs: list[AbsPath] = Field(default_factory=list)  # .deb files on the controller, installed on each node
+    update_cache: StrictBool = True  # `apt-get update` before installing `packages`
+    # Firmware or driver steps run on each node in order, without a shell (argv lists, the first
+    # word an absolute path); each must be safe to repeat, since a resumed upgrade runs them again.
+    commands: list[list[StrictStr]] = Field(default_factory=list)
+    reboot: StrictBool = True  # reboot a node its update changed (or that asks for it)
+    reboot_timeout_s: StrictInt = Field(900, ge=30, le=7200)  # until SSH answers again
+    expect: dict[IdentityField, StrictStr] = Field(default_factory=dict)  # identity after the upgrade
+
+    @field_validator("packages")
+    @classmethod
+    def _exact_versions(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, version in value.items():
+            if not _PACKAGE.match(name):
+                raise ValueError(f"{name!r} is not a Debian package name")
+            if not _VERSION.match(version) or version[0] in "<>=~":
+                raise ValueError(f"{name}: {version!r} is not an exact version (write it as "
+                                 "`apt-cache policy` shows it, e.g. 580.95.05-0ubuntu1)")
+        return value
+
+    @field_validator("debs")
+    @classmethod
+    def _deb_files(cls, value: list[PurePosixPath]) -> list[PurePosixPath]:
+        for path in value:
+            if path.suffix != ".deb":
+                raise ValueError(f"{path} is not a .deb file")
+        return value
+
+    @field_validator("commands")
+    @classmethod
+    def _absolute_programs(cls, value: list[list[str]]) -> list[list[str]]:
+        for argv in value:
+            if not argv or not argv[0].startswith("/"):
+                raise ValueError(f"{argv!r}: each command is an argv list whose first word is an "
+                                 "absolute path (no shell, no PATH lookup)")
+        return value
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to apply at all (no package, .deb or command, and no reboot)."""
+        return not (self.packages or self.debs or self.commands or self.reboot)
+
+
 class Switch(_Section):
     """The RoCE switch, when there is one."""
 
@@ -286,6 +341,7 @@ class Cluster(BaseModel):
     checkpoint: Checkpoint
     kit: Kit | None = None
     secrets: dict[str, SecretRef]
+    upgrade: Upgrade | None = None  # `sparkctl upgrade` (sparkctl_upgrade); None: nothing pinned
     switch: Switch | None
     ssh_user: str
     known_hosts: Path | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparkctl.render.kit import kit_facts
-from sparkctl.render.rank import api_url, run_image, served_model_name
+from sparkctl.render.rank import api_url, run_image, served_model_name, start_waves
 
 Cluster = Any  # sparkctl.model.Cluster (render does not import the model)
 Node = Any
@@ -76,6 +76,8 @@ def cluster_facts(cluster: Cluster) -> dict[str, Any]:
         "simulator": cluster.profile.simulator is not None,
         "venv_path": None if runtime.venv_path is None else str(runtime.venv_path),
         "head": cluster.head.name,
+        # Rank waves in start order (workers, then rank 0): the role and the fast path of `up` read it.
+        "start_waves": start_waves(cluster),
         "nodes": [node_facts(cluster, n) for n in cluster.nodes],
         "bootstrap_ips": {k: str(v) for k, v in cluster.bootstrap_ips.items()},
         "switch": switch,

@@ -269,6 +269,15 @@ def launch_command(cluster: Cluster, node: Node) -> list[str]:
     return argv
 
 
+def start_waves(cluster: Cluster) -> list[list[int]]:
+    """The order the ranks start in, as waves: every worker (ranks 1..n-1) first, then rank 0, which
+    hosts the rendezvous and the API (reference: seed-profiles §A start order). The one definition:
+    the spark_rank role's start tasks (``sparkctl_cluster.start_waves``) and the fast path of `up`
+    (``sparkctl.serve.fastup``) both read it; a wave starts only after the one before is active."""
+    ranks = sorted(n.rank for n in cluster.nodes)
+    return [[r for r in ranks if r != 0], [0]]
+
+
 def drain_s(cluster: Cluster) -> int:
     """Seconds rank 0 may drain after SIGTERM (the profile's), before it is shut down by force."""
     return int(cluster.profile.gates.drain_s)

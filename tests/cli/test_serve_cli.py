@@ -51,7 +51,7 @@ class Site:
         failures = []
         changed = 0
         if plan.playbook == self.fail_playbook:
-            failures = [runner.Failure("spark-2", "Start the worker ranks first", "unit failed to start")]
+            failures = [runner.Failure("spark-2", "Start the ranks of this wave", "unit failed to start")]
         elif plan.playbook == "up.yml":
             for st in self.nodes.state.values():
                 st.unit = "active"

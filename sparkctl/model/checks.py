@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import PurePosixPath
 
-from sparkctl.model.cluster import Checkpoint, Fabric, Kit, Mgmt, Paths, Ports, Runtime
+from sparkctl.model.cluster import Checkpoint, Fabric, Kit, Mgmt, Paths, Ports, Runtime, Supervisor
 from sparkctl.model.loader import Draft
 from sparkctl.model.problems import Problems, suggest
 from sparkctl.model.types import MIN_FABRIC_MTU, image_is_pinned
@@ -607,7 +607,36 @@ def check_switch_port_names(d: Draft, p: Problems) -> None:
                 )
 
 
-CHECKS: list[Callable[[Draft, Problems], None]] = [
+def check_supervisor(d: Draft, p: Problems) -> None:
+    """The breaker must be able to open: its restarts, each at least one probe and the settle pause
+    apart, have to fit in its window, or a crash loop would restart the group forever."""
+    sup: Supervisor | None = d.get("sparkctl_supervisor")
+    if sup is None:
+        return
+    shortest = sup.max_restarts * (sup.interval_s + sup.settle_s)
+    if sup.window_s <= shortest:
+        p.add(
+            "sparkctl_supervisor.window_s",
+            f"{sup.window_s:g} s cannot hold {sup.max_restarts} restarts of at least interval_s "
+            f"{sup.interval_s:g} + settle_s {sup.settle_s:g} s each ({shortest:g} s): the circuit "
+            "breaker would never open",
+            f"make window_s longer than {shortest:g} s (the default is 3600), or lower max_restarts",
+        )
+
+
+def check_upgrade(d: Draft, p: Problems) -> None:
+    """An upgrade section must pin something: an empty one would take the group down for nothing."""
+    upgrade = d.get("sparkctl_upgrade")
+    if upgrade is not None and upgrade.empty:
+        p.add(
+            "sparkctl_upgrade",
+            "pins nothing to apply (no packages, debs or commands, and reboot is false)",
+            "pin packages with exact versions, list .deb files or commands, or remove the section",
+        )
+
+
+CHECKS: list[
+Callable[[Draft, Problems], None]] = [
     check_topology,
     check_addresses,
     check_mgmt,
@@ -621,6 +650,8 @@ CHECKS: list[Callable[[Draft, Problems], None]] = [
     check_switch_port_names,
     check_secrets,
     check_disk,
+    check_upgrade,
+    check_supervisor,
 ]
 
 

@@ -16,6 +16,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    HttpUrl,
     StrictBool,
     StrictInt,
     StrictStr,
@@ -114,6 +115,33 @@ class Ports(_Section):
     nccl_test: Port
     # The node exporter (sparkctl-exporter.service), open to the management subnet only.
     exporter: Port = 9477
+
+
+class Supervisor(_Section):
+    """`sparkctl watch`, the controller's supervisor (``sparkctl_supervisor``).
+
+    A TP group cannot take back one restarted rank, so healing is always a whole-group restart
+    (down, ``settle_s``, the gated up), at most ``max_restarts`` in ``window_s`` (the breaker).
+    """
+
+    interval_s: float = Field(10.0, ge=1, le=3600)  # between two probes (same probe as `status`)
+    # Failed checks in a row before acting: the canary completion, or one node not answering SSH.
+    canary_failures: StrictInt = Field(3, ge=1, le=100)
+    max_restarts: StrictInt = Field(3, ge=1, le=100)  # group restarts allowed within window_s ...
+    window_s: float = Field(3600.0, ge=1)  # ... before the circuit breaker opens
+    settle_s: float = Field(10.0, ge=0, le=3600)  # pause between the group's down and its up
+    # Told about every restart and the breaker opening: a program run without a shell (argv, the
+    # first word an absolute path; the event as JSON on stdin), and/or a URL the event is POSTed to.
+    notify_command: list[StrictStr] | None = Field(None, min_length=1)
+    notify_webhook: HttpUrl | None = None
+
+    @field_validator("notify_command")
+    @classmethod
+    def _absolute_program(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value[0].startswith("/"):
+            raise FieldError(f"{value[0]!r} is not an absolute path",
+                             "name the program by its absolute path (it runs without a shell or PATH)")
+        return value
 
 
 class Paths(_Section):
@@ -342,6 +370,8 @@ class Cluster(BaseModel):
     kit: Kit | None = None
     secrets: dict[str, SecretRef]
     upgrade: Upgrade | None = None  # `sparkctl upgrade` (sparkctl_upgrade); None: nothing pinned
+    supervisor: Supervisor = Field(default_factory=Supervisor)
+    autostart: bool = False  # `sparkctl watch` brings the group up when the nodes answer again
     switch: Switch | None
     ssh_user: str
     known_hosts: Path | None = None

@@ -24,7 +24,7 @@ from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 from typing import Any
 
-from pydantic import StrictStr, TypeAdapter, ValidationError
+from pydantic import StrictBool, StrictStr, TypeAdapter, ValidationError
 
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.model import ansible_read, connection
@@ -40,8 +40,10 @@ from sparkctl.model.cluster import (
     Ports,
     Runtime,
     SecretRef,
+    Supervisor,
     Switch,
     SwitchType,
+    Upgrade,
 )
 from sparkctl.model.problems import Problems, from_validation_error, join_path, suggest
 from sparkctl.model.types import Gib, HostName, Mtu, Rank, ShortName
@@ -74,6 +76,9 @@ SITE_KEYS: dict[str, Key] = {
     "sparkctl_checkpoint": Key(Checkpoint),
     "sparkctl_kit": Key(Kit | None, False, None),
     "sparkctl_secrets": Key(dict[StrictStr, SecretRef], False, {}),
+    "sparkctl_upgrade": Key(Upgrade | None, False, None),
+    "sparkctl_supervisor": Key(Supervisor, False, Supervisor()),
+    "sparkctl_autostart": Key(StrictBool, False, False),
 }
 # Keys of one Spark (host entry, host_vars, group_vars/sparks; defaults may sit in group_vars/all).
 SPARK_KEYS: dict[str, Key] = {
@@ -459,6 +464,9 @@ def load_inventory(path: Path | str, *, vault_password_file: Path | str | None =
         checkpoint=site["sparkctl_checkpoint"],
         kit=site["sparkctl_kit"],
         secrets=secrets,
+        upgrade=site["sparkctl_upgrade"],
+        supervisor=site["sparkctl_supervisor"],
+        autostart=site["sparkctl_autostart"],
         switch=draft.switch,
         ssh_user=draft.ansible["ansible_user"],
         known_hosts=_known_hosts(draft.ansible.get("ansible_ssh_common_args"), inv),

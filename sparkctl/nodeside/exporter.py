@@ -21,7 +21,6 @@ config``) labels each target with ``cluster``, ``node`` and ``rank``.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import re
 import signal
@@ -86,40 +85,18 @@ class Nvml:
         if self._tried:
             return self.lib
         self._tried = True
-        try:
-            lib = importlib.import_module(self.module_name)
-            lib.nvmlInit()
-        except Exception as exc:  # no module, no driver, no GPU: no GPU series
-            self.why_absent = f"{self.module_name}: {type(exc).__name__}: {exc}"
-            return None
-        self.lib = lib
-        return lib
+        # No module, no driver, no GPU: no GPU series (the status probe loads it the same way).
+        self.lib, self.why_absent = probe.load_nvml(self.module_name)
+        return self.lib
 
     def devices(self) -> list[dict[str, Any]]:
-        """Per GPU: index, name, temperature (°C), SM clock and its maximum (MHz), power (W)."""
+        """Per GPU: index, name, temperature (°C), SM clock and its maximum (MHz), power (W), through
+        the status probe's reader (``probe.nvml_devices``)."""
         lib = self._init()
         if lib is None:
             return []
-        out = []
-        for i in range(lib.nvmlDeviceGetCount()):
-            h = lib.nvmlDeviceGetHandleByIndex(i)
-            name = lib.nvmlDeviceGetName(h)
-            name = name.decode() if isinstance(name, bytes) else name
-            dev: dict[str, Any] = {"index": str(i), "name": name}
-            reads = (  # key, NVML call, its extra argument, scale
-                ("temp_c", "nvmlDeviceGetTemperature", "NVML_TEMPERATURE_GPU", 1.0),
-                ("sm_mhz", "nvmlDeviceGetClockInfo", "NVML_CLOCK_SM", 1.0),
-                ("max_sm_mhz", "nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_SM", 1.0),
-                ("power_w", "nvmlDeviceGetPowerUsage", None, 0.001),  # milliwatts
-            )
-            for key, call, arg, scale in reads:
-                args = (h,) if arg is None else (h, getattr(lib, arg))
-                try:
-                    dev[key] = float(getattr(lib, call)(*args)) * scale
-                except Exception:  # NVML_ERROR_NOT_SUPPORTED and friends: that one series is absent
-                    dev[key] = None
-            out.append(dev)
-        return out
+        devices: list[dict[str, Any]] = probe.nvml_devices(lib)
+        return devices
 
 
 def ethtool_stats(netdev: str) -> dict[str, int]:

@@ -1,24 +1,31 @@
 """The probe that runs ON a node (standard library only, Python 3.8+): one JSON document of facts.
 
 sparkctl ships this file's source over SSH (``python3 -``) with a parameter block appended, so a
-status read costs one connection and one interpreter per node. It only reads, except in the
-``preflight`` mode, which drops the page cache first so MemAvailable means what the rank will get.
+status read costs one connection and one interpreter per node. The GPU is read through NVML
+(``pynvml``, or the module the parameters name: the lab's simulated GPU) where it loads, else
+through ``nvidia-smi``; the node exporter reads it through the same ``nvml_devices``. It only
+reads, except in the ``preflight`` mode, which drops the page cache first so MemAvailable means
+what the rank will get.
 
 The readers it shares with the role modules live beside it (``system``, ``links``, ``rdma``,
 ``manifests``); ``sparkctl.serve.probe.probe_script`` sends their sources along in the same script.
 
-Modes: ``watch`` (unit + memory, sampled every ~2 s while `up` boots), ``status`` (adds links,
-GPU, shards, installed unit hash), ``preflight`` (adds ports, processes, model files, runtime
-identity, RoCE GID indexes, GPU compute apps).
+Modes: ``watch`` (unit + memory, sampled every ~2 s while `up` boots), ``thermals`` (unit, memory
+and GPU, sampled during `bench` and `qualify`), ``status`` (adds links, GPU, shards, installed unit
+hash), ``preflight`` (adds ports, processes, model files, runtime identity, RoCE GID indexes, GPU
+compute apps).
 """
 
+import contextlib
 import glob
 import hashlib
 import hmac
+import importlib
 import json
 import os
 import re
 import shutil
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -81,22 +88,92 @@ def meminfo():
     return out
 
 
-def gpu():
-    if shutil.which("nvidia-smi") is None:
-        return None
-    fields = "temperature.gpu,clocks.sm,clocks.max.sm,power.draw,utilization.gpu"
-    rc, out, err = system.run(["nvidia-smi", "--query-gpu=" + fields, "--format=csv,noheader,nounits"], 10)
-    if rc != 0:
-        return {"error": (err or out).strip()[:200]}
-    values = [v.strip() for v in (out.splitlines() or [""])[0].split(",")]
+# pynvml calls of one GPU's reading: key, function, the constant its second argument names, scale.
+NVML_READS = (
+    ("temp_c", "nvmlDeviceGetTemperature", "NVML_TEMPERATURE_GPU", 1.0),
+    ("sm_mhz", "nvmlDeviceGetClockInfo", "NVML_CLOCK_SM", 1.0),
+    ("max_sm_mhz", "nvmlDeviceGetMaxClockInfo", "NVML_CLOCK_SM", 1.0),
+    ("power_w", "nvmlDeviceGetPowerUsage", None, 0.001),  # milliwatts
+)
+SMI_FIELDS = "index,name,temperature.gpu,clocks.sm,clocks.max.sm,power.draw,utilization.gpu"
 
-    def num(i):
+
+def load_nvml(module="pynvml", path=None):
+    """Import ``module`` (pynvml's interface; ``path`` put first on sys.path) and initialise NVML.
+
+    Returns (module, None), or (None, why) without the module, the driver or a GPU."""
+    if path and path not in sys.path:
+        sys.path.insert(0, path)
+    try:
+        lib = importlib.import_module(module)
+        lib.nvmlInit()
+    except Exception as exc:
+        return None, f"{module}: {type(exc).__name__}: {exc}"
+    return lib, None
+
+
+def nvml_devices(lib):
+    """Per GPU: index, name, temperature (°C), SM clock and its maximum (MHz), power (W), utilization
+    (%). A reading the board does not support is None; the others still come."""
+    out = []
+    for i in range(lib.nvmlDeviceGetCount()):
+        h = lib.nvmlDeviceGetHandleByIndex(i)
+        name = lib.nvmlDeviceGetName(h)
+        dev = {"index": str(i), "name": name.decode() if isinstance(name, bytes) else str(name)}
+        for key, call, arg, scale in NVML_READS:
+            try:
+                args = (h,) if arg is None else (h, getattr(lib, arg))
+                dev[key] = float(getattr(lib, call)(*args)) * scale
+            except Exception:  # NVML_ERROR_NOT_SUPPORTED and friends
+                dev[key] = None
         try:
-            return float(values[i])
-        except (IndexError, ValueError):
+            dev["util_pct"] = float(lib.nvmlDeviceGetUtilizationRates(h).gpu)
+        except Exception:
+            dev["util_pct"] = None
+        out.append(dev)
+    return out
+
+
+def gpu_smi():
+    """The same readings through ``nvidia-smi`` (where pynvml is not installed for python3)."""
+    argv = ["nvidia-smi", "--query-gpu=" + SMI_FIELDS, "--format=csv,noheader,nounits"]
+    rc, out, err = system.run(argv, 10)
+    if rc != 0:
+        return None, (err or out).strip()[:200] or f"nvidia-smi exited {rc}"
+
+    def num(text):
+        try:
+            return float(text)
+        except ValueError:  # [N/A], [Not Supported]
             return None
 
-    return {"temp_c": num(0), "sm_mhz": num(1), "max_sm_mhz": num(2), "power_w": num(3), "util_pct": num(4)}
+    devices = []
+    for line in out.splitlines():
+        v = [x.strip() for x in line.split(",")]
+        if len(v) < 7:
+            continue
+        devices.append({"index": v[0], "name": ",".join(v[1:len(v) - 5]), "temp_c": num(v[-5]),
+                        "sm_mhz": num(v[-4]), "max_sm_mhz": num(v[-3]), "power_w": num(v[-2]),
+                        "util_pct": num(v[-1])})
+    return devices, None
+
+
+def gpu(module="pynvml", path=None):
+    """The node's GPUs: {"source", "devices": [...]}, through NVML where ``module`` loads, else
+    ``nvidia-smi``; {"source", "error"} when the reader failed; None on a node without either."""
+    lib, _why = load_nvml(module, path)
+    if lib is not None:
+        try:
+            return {"source": module, "devices": nvml_devices(lib)}
+        except Exception as exc:
+            return {"source": module, "error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            with contextlib.suppress(Exception):
+                lib.nvmlShutdown()
+    if shutil.which("nvidia-smi") is None:
+        return None
+    devices, err = gpu_smi()
+    return {"source": "nvidia-smi", "error": err} if err else {"source": "nvidia-smi", "devices": devices}
 
 
 def gpu_apps():
@@ -239,11 +316,13 @@ def main(p):
     if mode == "watch":
         if p.get("health_port"):
             out["health"] = local_http(p["health_port"])
+    elif mode == "thermals":
+        out["gpu"] = gpu(p.get("nvml_module", "pynvml"), p.get("nvml_path"))
     elif mode == "markers":
         out["markers"] = journal_matches(p["unit"], p.get("patterns", []), out["unit"].get("invocation"))
     else:
         out["links"] = links.read_links(p.get("netdevs", []))
-        out["gpu"] = gpu()
+        out["gpu"] = gpu(p.get("nvml_module", "pynvml"), p.get("nvml_path"))
         out["unit_sha256"] = _sha256(p["unit_file"]) if p.get("unit_file") else None
         out["file_digest"] = {path: _keyed(path, p["hash_key"]) for path in p.get("hash_files", [])}
         if p.get("engram_dir"):

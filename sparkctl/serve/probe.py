@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from sparkctl.render.monitoring import LAB_NVML_MODULE, LAB_SIM_PATH
 from sparkctl.render.rank import rank_secret_names, rank_secrets_text
 from sparkctl.ssh.fleet import HostResult, Target
 
@@ -82,6 +83,9 @@ def probe_params(cluster: Any, entry: Mapping[str, Any], mode: str) -> dict[str,
         return params
     if mode == "markers":
         return params
+    params.update(nvml_params(cluster))
+    if mode == "thermals":
+        return params
     unit_file = f"/etc/systemd/system/{name}"
     params.update(
         unit_file=unit_file,
@@ -105,6 +109,14 @@ def probe_params(cluster: Any, entry: Mapping[str, Any], mode: str) -> dict[str,
             gid_ports=[[p["hca"], p["netdev"], p["ip"]] for p in entry.get("fabric", [])],
         )
     return params
+
+
+def nvml_params(cluster: Any) -> dict[str, Any]:
+    """Where the probe reads the GPU: pynvml (else nvidia-smi), or on the lab the simulator's NVML
+    stand-in, loaded as the node exporter loads it."""
+    if cluster.profile.simulator is None:
+        return {}
+    return {"nvml_module": LAB_NVML_MODULE, "nvml_path": LAB_SIM_PATH}
 
 
 def rank_files(entry: Mapping[str, Any]) -> list[str]:

@@ -15,8 +15,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
     HttpUrl,
+    PrivateAttr,
     StrictBool,
     StrictInt,
     StrictStr,
@@ -124,15 +124,15 @@ class Supervisor(_Section):
     (down, ``settle_s``, the gated up), at most ``max_restarts`` in ``window_s`` (the breaker).
     """
 
-    interval_s: float = Field(10.0, ge=1, le=3600)  # between two probes (same probe as `status`)
+    interval_s: float = Field(default=10.0, ge=1, le=3600)  # between two probes (same probe as `status`)
     # Failed checks in a row before acting: the canary completion, or one node not answering SSH.
-    canary_failures: StrictInt = Field(3, ge=1, le=100)
-    max_restarts: StrictInt = Field(3, ge=1, le=100)  # group restarts allowed within window_s ...
-    window_s: float = Field(3600.0, ge=1)  # ... before the circuit breaker opens
-    settle_s: float = Field(10.0, ge=0, le=3600)  # pause between the group's down and its up
+    canary_failures: StrictInt = Field(default=3, ge=1, le=100)
+    max_restarts: StrictInt = Field(default=3, ge=1, le=100)  # group restarts allowed within window_s ...
+    window_s: float = Field(default=3600.0, ge=1)  # ... before the circuit breaker opens
+    settle_s: float = Field(default=10.0, ge=0, le=3600)  # pause between the group's down and its up
     # Told about every restart and the breaker opening: a program run without a shell (argv, the
     # first word an absolute path; the event as JSON on stdin), and/or a URL the event is POSTed to.
-    notify_command: list[StrictStr] | None = Field(None, min_length=1)
+    notify_command: list[StrictStr] | None = Field(default=None, min_length=1)
     notify_webhook: HttpUrl | None = None
 
     @field_validator("notify_command")
@@ -370,7 +370,7 @@ class Cluster(BaseModel):
     kit: Kit | None = None
     secrets: dict[str, SecretRef]
     upgrade: Upgrade | None = None  # `sparkctl upgrade` (sparkctl_upgrade); None: nothing pinned
-    supervisor: Supervisor = Field(default_factory=Supervisor)
+    supervisor: Supervisor = Field(default_factory=lambda: Supervisor())
     autostart: bool = False  # `sparkctl watch` brings the group up when the nodes answer again
     switch: Switch | None
     ssh_user: str

@@ -25,14 +25,11 @@ definition of DSV41EN1, and a packer and verifier apart could drift from each ot
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import queue
 import random
 import struct
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -41,6 +38,7 @@ from typing import Any
 from ..nodeside import manifests
 from .manifest import HashingWriter, file_sha256
 from .safetensors import SafetensorsError, TensorInfo, read_header, read_index
+from .writeback import Flusher
 
 MAGIC = 0x31344E4531565344  # on disk (little-endian): the bytes "DSV1EN41"
 HEADER_BYTES = 4096
@@ -60,6 +58,7 @@ FORMAT = manifests.SHARD_FORMAT
 MANIFEST_VERSION = 1
 DEFAULT_BLOCK_ROWS = 1 << 16  # 16.5 MiB of packed rows per I/O block
 _INTERLEAVE_ROWS = 2048  # sub-block that stays in cache while rows are interleaved
+_IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024)  # vectors per preadv
 PARTIAL = ".partial"
 
 
@@ -257,7 +256,9 @@ def source_identity(model_dir: str, sources: list[EngramSource] | None = None) -
 def interleave(weights: memoryview, scales: memoryview, out: memoryview, n: int) -> None:
     """out[i*264 : i*264+264] = weights[i*256 : i*256+256] + scales[i*8 : i*8+8] for i < n.
 
-    Done as 33 strided 8-byte copies per cache-sized sub-block (C loops, no per-row Python).
+    The definition of a packed block in memory, done as 33 strided 8-byte copies per cache-sized
+    sub-block (C loops, no per-row Python). The packer reads straight into place instead
+    (``read_rows``) and falls back to this after a short read.
     """
     for r0 in range(0, n, _INTERLEAVE_ROWS):
         r1 = min(n, r0 + _INTERLEAVE_ROWS)
@@ -266,6 +267,43 @@ def interleave(weights: memoryview, scales: memoryview, out: memoryview, n: int)
         o[32::33] = scales[r0 * SCALE_BYTES : r1 * SCALE_BYTES].cast("Q")
         for k in range(32):
             o[k::33] = w[k::32]
+
+
+def row_slots(out: memoryview, n: int) -> list[memoryview]:
+    """The weight part of each of ``n`` packed rows in ``out``: one 256-byte view per row.
+
+    Built once per I/O buffer and reused for every block it carries (``read_rows``).
+    """
+    return [out[i * ROW_BYTES : i * ROW_BYTES + WEIGHT_BYTES] for i in range(n)]
+
+
+def read_rows(
+    src: EngramSource, wfd: int, sfd: int, r0: int, n: int, out: memoryview, slots: list[memoryview]
+) -> None:
+    """Fill ``out`` with packed rows [r0, r0+n) of ``src`` (the bytes ``interleave`` defines).
+
+    The weights are scattered by the kernel straight into their places (``preadv`` with one
+    256-byte vector per row, up to IOV_MAX per call, no Python per row and no second copy); the
+    scales follow with one strided copy. After a short read the rest of the block is read
+    plainly and interleaved.
+    """
+    w_at = src.weight_offset + r0 * WEIGHT_BYTES
+    done = 0  # whole rows in place
+    while done < n:
+        got = os.preadv(wfd, slots[done : min(n, done + _IOV_MAX)], w_at + done * WEIGHT_BYTES)
+        if got % WEIGHT_BYTES or got == 0:
+            break
+        done += got // WEIGHT_BYTES
+    if done < n:  # a short read (end of file, a signal): the rest the simple way, or a clear error
+        left = n - done
+        w = _pread_exact(wfd, left * WEIGHT_BYTES, w_at + done * WEIGHT_BYTES, src.weight_path)
+        s_at = src.scale_offset + (r0 + done) * SCALE_BYTES
+        s = _pread_exact(sfd, left * SCALE_BYTES, s_at, src.scale_path)
+        interleave(memoryview(w), memoryview(s), out[done * ROW_BYTES : n * ROW_BYTES], left)
+        n = done
+    if n:
+        s = _pread_exact(sfd, n * SCALE_BYTES, src.scale_offset + r0 * SCALE_BYTES, src.scale_path)
+        out[: n * ROW_BYTES].cast("Q")[32::33] = memoryview(s).cast("Q")
 
 
 def _pread_exact(fd: int, n: int, offset: int, what: str) -> bytes:
@@ -303,61 +341,47 @@ def pack_layer(
 ) -> PackedFile:
     """Write this rank's slice of one layer to ``out_path`` (truncating it), hashing while writing.
 
-    Four stages overlap: a reader thread (two sequential preads per block), the interleave in
-    this thread, and manifest.HashingWriter's writer and hasher threads (all but the interleave
-    release the GIL). The file is fsynced before returning; renaming it into place is the
-    caller's job, after verification.
+    Three stages overlap: this thread reads each block straight into packed order
+    (``read_rows``: the kernel scatters the rows, so the GIL is free almost all the time), and
+    manifest.HashingWriter's writer and hasher threads write it and feed SHA-256. All three
+    release the GIL, so on two cores the hash runs beside the I/O instead of after it; a
+    writeback.Flusher keeps the disk writing meanwhile. The file is fsynced before returning;
+    renaming it into place is the caller's job, after verification.
     """
     lo, hi = row_range(src.rows, rank, tp)
     header = Header(src.layer, lo, hi, src.rows).pack()
     digest = hashlib.sha256(header)
-    n_blocks = (hi - lo + block_rows - 1) // block_rows
-    to_mix: queue.Queue[tuple[bytes, bytes, int] | BaseException | None] = queue.Queue(maxsize=2)
-    stop = threading.Event()
+    block_rows = max(1, min(block_rows, hi - lo))
+    slots: dict[int, list[memoryview]] = {}  # per I/O buffer, its rows' weight slots
 
     wfd = os.open(src.weight_path, os.O_RDONLY)
     sfd = os.open(src.scale_path, os.O_RDONLY)
     ofd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-
-    def reader() -> None:
-        try:
-            for b in range(n_blocks):
-                if stop.is_set():
-                    break
-                r0 = lo + b * block_rows
-                n = min(block_rows, hi - r0)
-                w_at = src.weight_offset + r0 * WEIGHT_BYTES
-                w = _pread_exact(wfd, n * WEIGHT_BYTES, w_at, src.weight_path)
-                s = _pread_exact(sfd, n * SCALE_BYTES, src.scale_offset + r0 * SCALE_BYTES, src.scale_path)
-                to_mix.put((w, s, n))
-            to_mix.put(None)
-        except BaseException as exc:
-            to_mix.put(exc)
-
-    thread = threading.Thread(target=reader, daemon=True)
-    error: BaseException | None = None
     try:
         os.write(ofd, header)
-        writer = HashingWriter(ofd, digest, block_rows * ROW_BYTES, buffers=3, on_done=on_progress)
-        thread.start()
+        flusher = Flusher(ofd)
+
+        def written(n: int) -> None:
+            flusher.add(n)
+            if on_progress is not None:
+                on_progress(n)
+
+        writer = HashingWriter(ofd, digest, block_rows * ROW_BYTES, buffers=4, on_done=written)
         try:
-            while (item := to_mix.get()) is not None:
-                if isinstance(item, BaseException):
-                    error = item
-                    break
-                w, s, n = item
+            for r0 in range(lo, hi, block_rows):
+                n = min(block_rows, hi - r0)
                 out = writer.buffer()
-                interleave(memoryview(w), memoryview(s), memoryview(out), n)
+                view = memoryview(out)
+                if id(out) not in slots:
+                    slots[id(out)] = row_slots(view, block_rows)
+                read_rows(src, wfd, sfd, r0, n, view, slots[id(out)])
                 writer.submit(out, n * ROW_BYTES)
         finally:
-            stop.set()
-            while thread.is_alive():  # the reader may wait on a full queue after a failure
-                with contextlib.suppress(queue.Empty):
-                    to_mix.get_nowait()
-                thread.join(0.05)
-            writer.close()
-        if error is not None:
-            raise error
+            slots.clear()  # release the views before the buffers go
+            try:
+                writer.close()
+            finally:
+                flusher.close()
         os.fsync(ofd)
     finally:
         os.close(ofd)

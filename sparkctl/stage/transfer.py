@@ -46,10 +46,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import manifest as mf
+from .writeback import Flusher
 
 BLOCK = 8 << 20
 RESUME_ALIGN = 1 << 20
 SEND_CHUNK = 64 << 20
+CONNECT_BACKOFF = (0.01, 0.25)  # first and longest pause between connection attempts (seconds)
 
 
 LOCK_NAME = ".sparkctl-stage.lock"  # in the target directory; manifests skip *.lock
@@ -403,17 +405,22 @@ class Server:
 def connect(upstream: tuple[str, int], wait_s: float) -> socket.socket:
     """Connect to the upstream agent, retrying while it is still starting (up to ``wait_s``)."""
     deadline = time.monotonic() + wait_s
+    pause = CONNECT_BACKOFF[0]
     while True:
         try:
             sock = socket.create_connection(upstream, timeout=5)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return sock
         except OSError as exc:
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise TransferError(
                     f"cannot reach the upstream agent at {upstream[0]}:{upstream[1]}: {exc}"
                 ) from exc
-            time.sleep(0.5)
+            # A refused connection costs microseconds: retry soon (the upstream agent is usually
+            # a few milliseconds from listening), backing off to spare an upstream that is slow.
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, CONNECT_BACKOFF[1])
 
 
 def _hash_prefix(path: str, length: int, h: Any) -> None:
@@ -544,8 +551,16 @@ def _receive(
     rel: str,
     upstream: tuple[str, int],
 ) -> None:
-    """recv into rotating buffers; writing and hashing run in their own threads (manifest.HashingWriter)."""
-    writer = mf.HashingWriter(fd, h, BLOCK, buffers=4, on_done=lambda n: progress.add(done=n, moved=n))
+    """recv into rotating buffers; writing and hashing run in their own threads (manifest.HashingWriter),
+    and writeback.Flusher keeps the disk writing the file while it streams in (so the closing
+    fsync has little left)."""
+    flusher = Flusher(fd)
+
+    def written(n: int) -> None:
+        flusher.add(n)
+        progress.add(done=n, moved=n)
+
+    writer = mf.HashingWriter(fd, h, BLOCK, buffers=4, on_done=written)
     started = time.monotonic()
     received = 0
     try:
@@ -570,7 +585,10 @@ def _receive(
                     time.sleep(ahead)
     finally:
         try:
-            writer.close()
+            try:
+                writer.close()
+            finally:
+                flusher.close()
         except OSError as exc:
             raise TransferError(f"{rel}: writing failed: {exc}") from exc
 

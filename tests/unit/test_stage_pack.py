@@ -183,3 +183,36 @@ def test_missing_engram_tensor_is_named(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "x.safetensors"}}))
     with pytest.raises(d.FormatError, match=r"no tensor layers\.1\.engram\.embed\.weight"):
         d.locate(str(tmp_path))
+
+
+def test_short_reads_still_give_the_reference_bytes(
+    ckpt: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """preadv may stop early — at a row boundary or inside a row: the block is completed correctly."""
+    real = os.preadv
+    calls = {"n": 0}
+
+    def short(fd: int, bufs: list, offset: int) -> int:
+        calls["n"] += 1
+        if calls["n"] % 2:  # odd calls: three whole rows and 100 bytes of the fourth
+            return real(fd, [*bufs[:3], bufs[3][:100]] if len(bufs) > 3 else bufs[:1], offset)
+        return real(fd, bufs[:7], offset)  # even calls: seven whole rows
+
+    monkeypatch.setattr(d.os, "preadv", short)
+    src = {s.layer: s for s in d.locate(ckpt["dir"])}[14]
+    part = tmp_path / "x.bin"
+    pf = d.pack_layer(src, str(part), 1, 4, block_rows=300)
+    want = reference_packed(ckpt, 14, 1, 4)
+    assert calls["n"] > 4
+    assert part.read_bytes() == want
+    assert pf.sha256 == hashlib.sha256(want).hexdigest()
+
+
+def test_a_source_cut_short_is_a_format_error(ckpt: dict, tmp_path: Path) -> None:
+    src = {s.layer: s for s in d.locate(ckpt["dir"])}[1]
+    cut = tmp_path / "cut.safetensors"
+    data = Path(src.weight_path).read_bytes()
+    cut.write_bytes(data[: src.weight_offset + 100 * 256 + 17])  # rows of rank 0 end far beyond
+    short = d.EngramSource(src.layer, src.rows, str(cut), src.weight_offset, str(cut), src.scale_offset)
+    with pytest.raises(d.FormatError, match="short read"):
+        d.pack_layer(short, str(tmp_path / "x.bin"), 0, 4)

@@ -51,6 +51,28 @@ def lab_cluster(tmp: Path, overrides: dict[str, Any] | None = None) -> tuple[Any
     return cluster, plan_document(cluster)
 
 
+def clean_upcheck(cluster: Any, entry: dict[str, Any], image_id: str = "sha256:" + "1" * 64,
+                  kit_version: str | None = None) -> dict[str, Any]:
+    """What fastup's node check answers on a node holding exactly what the up playbook installs."""
+    from sparkctl.serve import fastup
+
+    want = fastup.expected_digests(cluster, entry)
+    modes = entry["file_modes"]
+    out: dict[str, Any] = {
+        "mode": "upcheck",
+        "files": {p: {"file": True, "dir": False, "mode": modes[p], "uid": 0, "gid": 0, "digest": want[p]}
+                  for p in fastup.installed_files(entry)},
+        "dirs": {d: {"file": False, "dir": True, "mode": m or "0755", "uid": 0, "gid": 0}
+                 for d, m in fastup.required_dirs(cluster, entry).items()},
+        "unit": {"NeedDaemonReload": "no", "LoadState": "loaded"},
+    }
+    if kit_version is not None:
+        out["kit"] = {"version": kit_version, "current": kit_version, "problems": [], "count": 0}
+    if cluster.runtime.kind == "container":
+        out["image"] = {"found": {"id": image_id, "size": 1, "by": "ref"}}
+    return out
+
+
 @dataclass
 class NodeState:
     unit: str = "inactive"
@@ -68,6 +90,8 @@ class NodeState:
     markers: dict[str, int] = field(default_factory=dict)
     file_sha: dict[str, str] | None = None
     journal: str = "2026-11-29T10:00:00+0000 spark rank[1]: started\n"
+    upcheck: dict[str, Any] | None = None  # the answer to fastup's check (None: nothing recognisable)
+    start_fails: bool = False              # fastup's start script fails on this node
 
 
 _PARAMS = re.compile(r"main\(json\.loads\((\".*\")\)\)")
@@ -80,6 +104,7 @@ class FakeNodes:
         self.targets = {n: Target(n, f"10.250.0.{10 + ranks[n]}", rank=ranks[n]) for n in names}
         self.state = {n: NodeState() for n in names}
         self.calls: list[tuple[str, str]] = []  # (node, mode or command)
+        self.sent: list[str] = []                 # every script text sent to a node
         self.rounds: dict[str, int] = {}
         self.on_round: Any = None
         self.closed = False
@@ -102,6 +127,7 @@ class FakeNodes:
         for n in names:
             text = script if isinstance(script, str) else script(self.targets[n]) if callable(script) \
                 else script[n]
+            self.sent.append(text)
             out[n] = self._answer(n, text)
         return out
 
@@ -115,6 +141,12 @@ class FakeNodes:
             self.calls.append((name, text.split()[0] if text.split() else ""))
             if text.startswith("journalctl"):
                 return HostResult(name, 0, st.journal)
+            if "systemctl start" in text:  # sparkctl.serve.fastup.start_script
+                self.calls[-1] = (name, "start")
+                if st.start_fails:
+                    return HostResult(name, 1, "sparkctl-rank.service failed right after its start\n")
+                st.unit = "active"
+                return HostResult(name, 0, "active\n")
             if "--- uname" in text:
                 body = (f"--- uname\nLinux {name}\n--- journal\n{st.journal}"
                         f"--- links\n2: enp1s0f0np0: mtu {st.mtu}\n    RX: bytes 100\n")
@@ -123,6 +155,8 @@ class FakeNodes:
         params = json.loads(json.loads(m.group(1)))
         mode = params["mode"]
         self.calls.append((name, mode))
+        if mode == "upcheck" and st.upcheck is not None:
+            return HostResult(name, 0, json.dumps(st.upcheck) + "\n")
         data: dict[str, Any] = {
             "mode": mode,
             "host": name,

@@ -1,0 +1,368 @@
+"""The fast path of `sparkctl up`: start the installed ranks over SSH when nothing needs installing.
+
+`up` normally runs playbooks/up.yml (preflight, the kit and image checks, install the rank files,
+start in order): two Ansible plays and ~30 s before the first unit starts. When every node already
+holds exactly what that playbook would leave there, the same start can be made in one SSH round per
+wave. One check round per node (:func:`check`) compares, against what sparkctl renders now:
+
+* the rank unit, environment file, secrets config and the kit's rendered files — keyed digests
+  (``probe.HASH_KEY``, HMAC-SHA256: the secrets config is compared without its value leaving the
+  controller's memory or any digest being usable to test guesses), each file's mode and owner, the
+  configuration directory (0700) and the run directories; and that systemd has loaded the unit;
+* the staged serving kit — every file against the kit's file manifest and ``current`` pointing at
+  it (``sparkctl.nodeside.kit.verify_tree``, what the spark_kit role's verify runs);
+* the engine image — the ID under the configured reference the same on every node and equal to the
+  pin when there is one (``sparkctl.stage.image.node_image``, what the spark_image role's check runs).
+
+Any difference is a reason (node, path, what differs), and `up` runs the playbook instead, which
+repairs the files or refuses as it always did. Otherwise :func:`start` starts the units wave by wave
+in ``sparkctl.render.rank.start_waves`` order — the list the role's start tasks loop over — each
+wave only after every unit of the one before is active.
+
+The node-side code travels as source inside the script (like ``probe.probe_script``): the kit and
+image modules under their own package names, so their relative imports resolve as on the controller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import shlex
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from sparkctl.errors import SparkctlError
+from sparkctl.nodeside import kit as nodekit
+from sparkctl.render.rank import start_waves
+from sparkctl.serve import probe
+from sparkctl.serve.probe import FleetLike
+
+PACKAGE = Path(__file__).resolve().parent.parent
+# Shipped to the node as ``sparkctl_up.<name>``, dependencies first.
+NODE_MODULES = ("nodeside.kit", "nodeside.images", "nodeside.manifests", "stage.manifest", "stage.image")
+# Seconds a started unit may take to become active (the role's spark_rank_start_wait_s).
+START_WAIT_S = 30
+# Tries of `systemctl start` (a start right after a stop can meet a cgroup still being torn down).
+START_TRIES = 3
+MAX_REASONS = 12
+
+
+# Runs on the node: the modules as an in-memory package, then the check. Reads only.
+_NODE_CHECK = r'''
+import hashlib, hmac, json, os, subprocess, sys, types
+root = types.ModuleType("sparkctl_up"); root.__path__ = []; sys.modules["sparkctl_up"] = root
+for sub in ("nodeside", "stage"):
+    pkg = types.ModuleType("sparkctl_up." + sub); pkg.__path__ = []; pkg.__package__ = pkg.__name__
+    sys.modules[pkg.__name__] = pkg; setattr(root, sub, pkg)
+for qual, source in json.loads(SOURCES):
+    parent, _, leaf = ("sparkctl_up." + qual).rpartition(".")
+    mod = types.ModuleType(parent + "." + leaf); mod.__package__ = parent
+    sys.modules[mod.__name__] = mod; setattr(sys.modules[parent], leaf, mod)
+    exec(compile(source, "<sparkctl/" + qual.replace(".", "/") + ".py>", "exec"), mod.__dict__)
+kit = sys.modules["sparkctl_up.nodeside.kit"]; image = sys.modules["sparkctl_up.stage.image"]
+
+def keyed(path, key):
+    h = hmac.new(bytes.fromhex(key), digestmod=hashlib.sha256)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+def stat(path):
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return {"mode": "%04o" % (st.st_mode & 0o7777), "uid": st.st_uid, "gid": st.st_gid,
+            "file": os.path.isfile(path) and not os.path.islink(path), "dir": os.path.isdir(path)}
+
+def main(p):
+    out = {"mode": "upcheck", "files": {}, "dirs": {}}
+    for path in p["files"]:
+        st = stat(path)
+        if st is not None and st["file"]:
+            try:
+                st["digest"] = keyed(path, p["hash_key"])
+            except OSError as exc:
+                st["error"] = str(exc)
+        out["files"][path] = st
+    for path in p["dirs"]:
+        out["dirs"][path] = stat(path)
+    try:
+        argv = ["systemctl", "show", "-p", "NeedDaemonReload", "-p", "LoadState", p["unit"]]
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                              timeout=20)
+        out["unit"] = dict(l.partition("=")[::2] for l in proc.stdout.splitlines() if "=" in l)
+    except (OSError, subprocess.SubprocessError) as exc:
+        out["unit"] = {"error": str(exc)[:200]}
+    if p.get("kit"):
+        k = p["kit"]
+        problems = kit.verify_tree(os.path.join(k["store"], k["version"]), k["expected"])
+        current = kit.current_version(k["store"])
+        if current != k["version"]:
+            problems.append(kit.problem(os.path.join(k["store"], kit.CURRENT), "points at {}, not the "
+                                        "configured kit {}".format(current or "nothing", k["version"])))
+        out["kit"] = {"version": k["version"], "current": current, "problems": problems[:50],
+                      "count": len(problems)}
+    if p.get("image"):
+        i = p["image"]
+        try:
+            out["image"] = {"found": image.node_image(i["ref"], i.get("want_id"))}
+        except (OSError, subprocess.SubprocessError) as exc:
+            out["image"] = {"error": str(exc)[:200]}
+    print(json.dumps(out))
+'''
+
+
+def node_sources() -> list[tuple[str, str]]:
+    return [(q, (PACKAGE / (q.replace(".", "/") + ".py")).read_text()) for q in NODE_MODULES]
+
+
+def check_script(params: Mapping[str, Any]) -> str:
+    """Shell text that runs the node check with ``params`` under python3 (on stdin, not in argv)."""
+    body = (f"SOURCES = {json.dumps(json.dumps(node_sources()))}\n" + _NODE_CHECK
+            + f"main(json.loads({json.dumps(json.dumps(dict(params)))}))\n")
+    return "exec python3 - <<'SPARKCTL_UPCHECK_EOF'\n" + body + "SPARKCTL_UPCHECK_EOF\n"
+
+
+# --- what the node must hold --------------------------------------------------------------------
+
+
+def installed_files(entry: Mapping[str, Any]) -> list[str]:
+    """Every file the spark_rank role's install writes on this node: unit, env, secrets, kit files."""
+    rl = probe.launch(entry)
+    unit = f"/etc/systemd/system/{rl.get('unit_name', 'sparkctl-rank.service')}"
+    return [unit, *probe.rank_files(entry), *(rl.get("kit_files") or [])]
+
+
+def expected_digests(cluster: Any, entry: Mapping[str, Any]) -> dict[str, str]:
+    """Keyed digests (``probe.HASH_KEY``) of what the install writes: the probe's own for the unit,
+    env and secrets files (a secret is resolved here only to be digested), plus the kit's files."""
+    out = dict(probe.expected_hashes(cluster, entry))
+    key = bytes.fromhex(probe.HASH_KEY)
+    for path in probe.launch(entry).get("kit_files") or []:
+        text = str(entry.get("files", {}).get(path, ""))
+        out[path] = hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+    return out
+
+
+def required_dirs(cluster: Any, entry: Mapping[str, Any]) -> dict[str, str | None]:
+    """Directories the install creates: path -> the mode it must have (None: only present)."""
+    rl = probe.launch(entry)
+    run_dir = str(cluster.paths.run_dir)
+    out: dict[str, str | None] = {}
+    if rl.get("env_file"):
+        out[str(PurePosixPath(str(rl["env_file"])).parent)] = "0700"
+    for d in (run_dir, f"{run_dir}/cache", f"{run_dir}/state"):
+        out[d] = None
+    return out
+
+
+@dataclass
+class KitReference:
+    """The configured kit as the spark_kit role's verify sees it: where, which version, every file."""
+
+    store: str
+    version: str
+    manifest: dict[str, Any]
+
+
+def check_params(cluster: Any, entry: Mapping[str, Any], kit: KitReference | None) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "mode": "upcheck",
+        "files": installed_files(entry),
+        "dirs": list(required_dirs(cluster, entry)),
+        "unit": probe.unit_name({"nodes": [entry]}),
+        "hash_key": probe.HASH_KEY,
+    }
+    if kit is not None:
+        params["kit"] = {"store": kit.store, "version": kit.version, "expected": kit.manifest}
+    if cluster.runtime.kind == "container":
+        params["image"] = {"ref": cluster.runtime.image, "want_id": cluster.runtime.image_id}
+    return params
+
+
+# --- the verdict ---------------------------------------------------------------------------------
+
+
+@dataclass
+class FastCheck:
+    """Whether `up` may start the installed units without the playbook, and if not, why."""
+
+    reasons: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.reasons
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": "fast" if self.ok else "playbook", "reasons": self.reasons,
+                "check_seconds": round(self.seconds, 3)}
+
+
+def judge(cluster: Any, doc: Mapping[str, Any], answers: Mapping[str, Mapping[str, Any] | str],
+          kit_needed: bool) -> list[str]:
+    """Reasons the fast path may not be taken (empty: it may). Pure; ``answers`` maps each node to
+    its check's JSON, or to a string saying why there is none."""
+    reasons: list[str] = []
+    images: dict[str, str] = {}
+    pin = cluster.runtime.image_id if cluster.runtime.kind == "container" else None
+    head = next(str(e["name"]) for e in doc["nodes"] if int(e["rank"]) == 0)
+    for entry in sorted(doc["nodes"], key=lambda e: int(e["rank"])):
+        name = str(entry["name"])
+        ans = answers.get(name, "no answer")
+        if isinstance(ans, str):
+            reasons.append(f"{name}: {ans}")
+            continue
+        want = expected_digests(cluster, entry)
+        modes = entry.get("file_modes", {})
+        for path in installed_files(entry):
+            st = (ans.get("files") or {}).get(path)
+            if not st or not st.get("file"):
+                reasons.append(f"{name}: {path} is not installed")
+            elif st.get("error"):
+                reasons.append(f"{name}: {path} cannot be read ({st['error']})")
+            elif not hmac.compare_digest(str(st.get("digest", "")), want[path]):
+                reasons.append(f"{name}: {path} differs from the rendered file")
+            elif modes.get(path) and st.get("mode") != modes[path]:
+                reasons.append(f"{name}: {path} has mode {st.get('mode')}, rendered {modes[path]}")
+            elif (st.get("uid"), st.get("gid")) != (0, 0):
+                reasons.append(f"{name}: {path} is owned by {st.get('uid')}:{st.get('gid')}, not root")
+        for path, mode in required_dirs(cluster, entry).items():
+            st = (ans.get("dirs") or {}).get(path)
+            if not st or not st.get("dir"):
+                reasons.append(f"{name}: directory {path} is missing")
+            elif mode is not None and st.get("mode") != mode:
+                reasons.append(f"{name}: directory {path} has mode {st.get('mode')}, want {mode}")
+        unit = ans.get("unit") or {}
+        if unit.get("error"):
+            reasons.append(f"{name}: systemd does not answer ({unit['error']})")
+        elif unit.get("NeedDaemonReload") == "yes":
+            reasons.append(f"{name}: systemd has not loaded the installed unit (daemon-reload pending)")
+        elif unit.get("LoadState") not in (None, "loaded"):
+            reasons.append(f"{name}: the rank unit is {unit.get('LoadState')}")
+        if kit_needed:
+            k = ans.get("kit")
+            if not isinstance(k, Mapping):
+                reasons.append(f"{name}: the kit was not checked")
+            elif k.get("problems"):
+                shown = "; ".join(nodekit.describe(p) for p in k["problems"][:3])
+                more = f" (and {int(k.get('count', 0)) - 3} more)" if int(k.get("count", 0)) > 3 else ""
+                reasons.append(f"{name}: kit {k.get('version')} fails verification: {shown}{more}")
+        if cluster.runtime.kind == "container":
+            img = ans.get("image")
+            found = img.get("found") if isinstance(img, Mapping) else None
+            if not isinstance(img, Mapping) or img.get("error"):
+                why = img.get("error") if isinstance(img, Mapping) else "no answer"
+                reasons.append(f"{name}: the image could not be read ({why})")
+            elif not found:
+                reasons.append(f"{name}: has no image under {cluster.runtime.image}")
+            else:
+                images[name] = str(found.get("id"))
+    want_id = pin or images.get(head)
+    if want_id:
+        whose = "the pinned image" if pin else "the head's"
+        for name, ident in sorted(images.items()):
+            if ident != want_id:
+                reasons.append(f"{name}: the image under {cluster.runtime.image} is {ident}, "
+                               f"not {whose} {want_id}")
+    return reasons
+
+
+def check(cluster: Any, doc: Mapping[str, Any], fleet: FleetLike, kit: KitReference | str | None,
+          timeout: float = 120.0) -> FastCheck:
+    """One check round on every node; ``kit`` is the configured kit's reference, None without a
+    kit, or a string saying why its reference could not be had (then the playbook runs)."""
+    t0 = time.monotonic()
+    ref = kit if isinstance(kit, KitReference) else None
+    scripts = {str(e["name"]): check_script(check_params(cluster, e, ref)) for e in doc["nodes"]}
+    results = fleet.run(scripts, timeout=timeout, only=list(scripts))
+    answers: dict[str, Mapping[str, Any] | str] = {}
+    for name, res in results.items():
+        if not res.reachable:
+            answers[name] = f"unreachable: {res.error}"
+            continue
+        try:
+            doc_ = json.loads(res.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            why = (res.stderr.strip().splitlines() or [f"exit {res.rc}, no output"])[-1][:200]
+            answers[name] = f"the check did not run ({why})"
+            continue
+        answers[name] = doc_ if isinstance(doc_, dict) and doc_.get("mode") == "upcheck" else \
+            "the check answered something else"
+    reasons = [f"kit: {kit}"] if isinstance(kit, str) else []
+    reasons += judge(cluster, doc, answers, kit_needed=kit is not None)
+    out = FastCheck(reasons, time.monotonic() - t0,
+                    {n: dict(a) if isinstance(a, Mapping) else {"error": a} for n, a in answers.items()})
+    return out
+
+
+# --- the start -----------------------------------------------------------------------------------
+
+
+_START = """\
+n=0
+until out=$(systemctl start UNIT 2>&1); do
+  n=$((n + 1))
+  if [ $n -ge TRIES ]; then echo "systemctl start failed TRIES times: $out"; exit 1; fi
+  sleep DELAY
+done
+i=0
+while :; do
+  s=$(systemctl show -p ActiveState --value UNIT)
+  if [ "$s" = active ]; then echo active; exit 0; fi
+  if [ "$s" = failed ]; then echo "UNIT failed right after its start"; exit 1; fi
+  i=$((i + 1))
+  if [ $i -gt POLLS ]; then echo "UNIT is $s after WAIT s"; exit 1; fi
+  sleep 0.2
+done
+"""
+
+
+def start_script(unit: str, wait_s: int = START_WAIT_S, tries: int = START_TRIES, delay_s: float = 2) -> str:
+    """Start the unit (``tries`` times, ``delay_s`` apart), then wait until it is active; say why not."""
+    return (_START.replace("UNIT", shlex.quote(unit)).replace("TRIES", str(int(tries)))
+            .replace("DELAY", f"{float(delay_s):g}")
+            .replace("POLLS", str(int(wait_s) * 5)).replace("WAIT", str(int(wait_s))))
+
+
+def start(cluster: Any, doc: Mapping[str, Any], fleet: FleetLike, on_wave: Any = None) -> list[float]:
+    """Start every rank unit wave by wave (``start_waves``); the seconds each wave took.
+
+    Raises SparkctlError naming the node(s) whose unit did not start (details ``node: why``); the
+    caller stops every rank, as after a failed playbook."""
+    unit = probe.unit_name(doc)
+    by_rank = {int(e["rank"]): str(e["name"]) for e in doc["nodes"]}
+    script = start_script(unit)
+    took: list[float] = []
+    for wave in start_waves(cluster):
+        names = [by_rank[r] for r in wave if r in by_rank]
+        if not names:
+            continue
+        t0 = time.monotonic()
+        results = fleet.run(script, timeout=START_WAIT_S + 3 * START_TRIES + 15, only=names)
+        bad = []
+        for name in names:
+            res = results[name]
+            if not res.reachable:
+                bad.append(f"{name}: {res.error}")
+            elif res.rc != 0:
+                lines = (res.stdout.strip() or res.stderr.strip() or f"exit {res.rc}").splitlines()
+                bad.append(f"{name}: {lines[-1][:300]}")
+        took.append(time.monotonic() - t0)
+        if bad:
+            ranks = ", ".join(str(r) for r in wave)
+            raise SparkctlError(f"starting the rank units failed (ranks {ranks}, over SSH)", details=bad)
+        if on_wave is not None:
+            on_wave(wave, took[-1])
+    return took
+
+
+__all__ = ["FastCheck", "KitReference", "check", "check_script", "expected_digests", "installed_files",
+           "judge", "start", "start_script"]

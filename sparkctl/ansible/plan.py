@@ -169,3 +169,28 @@ def for_switch(cluster: Any, *, check: bool = False, diff: bool = False, rollbac
     extravars: dict[str, Any] = {"spark_switch_rollback": True} if rollback else {}
     return _plan(cluster, playbook="switch.yml", check=check, diff=diff,
                 extravars=extravars)
+
+
+# --- lifecycle: upgrade, reset (playbooks/upgrade.yml, playbooks/reset.yml) -------------------------
+
+
+def for_upgrade(cluster: Any, *, check: bool = False) -> Plan:
+    """playbooks/upgrade.yml: the group down, then one node at a time as ``sparkctl_upgrade`` pins it
+    (serial 1; the first failing node stops the run), then the identity preflight across all nodes.
+    The pins are read from the inventory by the role, so a manual run applies the same ones."""
+    from sparkctl.errors import InputError
+
+    if getattr(cluster, "upgrade", None) is None:
+        raise InputError(
+            "upgrade: the inventory pins no upgrade (sparkctl_upgrade is not set); nothing was touched",
+            hint="add sparkctl_upgrade (packages with exact versions, debs, commands, reboot) to "
+                 "group_vars/all/sparkctl.yml; inventory/example documents it",
+        )
+    return _plan(cluster, playbook="upgrade.yml", check=check, diff=check)
+
+
+def for_reset(cluster: Any, *, purge_data: bool = False, check: bool = False) -> Plan:
+    """playbooks/reset.yml: take back everything sparkctl put on the nodes; the NVMe data stays
+    unless ``purge_data``."""
+    return _plan(cluster, playbook="reset.yml", check=check,
+                 extravars={"spark_reset_purge_data": bool(purge_data)})

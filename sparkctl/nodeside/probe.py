@@ -119,7 +119,7 @@ def nvml_devices(lib):
     for i in range(lib.nvmlDeviceGetCount()):
         h = lib.nvmlDeviceGetHandleByIndex(i)
         name = lib.nvmlDeviceGetName(h)
-        dev = {"index": str(i), "name": name.decode() if isinstance(name, bytes) else str(name)}
+        dev: dict = {"index": str(i), "name": name.decode() if isinstance(name, bytes) else str(name)}
         for key, call, arg, scale in NVML_READS:
             try:
                 args = (h,) if arg is None else (h, getattr(lib, arg))
@@ -152,7 +152,7 @@ def gpu_smi():
         v = [x.strip() for x in line.split(",")]
         if len(v) < 7:
             continue
-        devices.append({"index": v[0], "name": ",".join(v[1:len(v) - 5]), "temp_c": num(v[-5]),
+        devices.append({"index": v[0], "name": ", ".join(v[1:len(v) - 5]), "temp_c": num(v[-5]),
                         "sm_mhz": num(v[-4]), "max_sm_mhz": num(v[-3]), "power_w": num(v[-2]),
                         "util_pct": num(v[-1])})
     return devices, None

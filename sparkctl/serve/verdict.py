@@ -1,15 +1,20 @@
-"""The cluster verdict (ready | degraded | down, with reasons) and the status snapshot."""
+"""The cluster verdict (ready | degraded | down, with reasons) and the status snapshot.
+
+Beside the verdict the snapshot carries warnings that do not change it: GPUs hot or throttled
+against the profile's ``thermals`` thresholds (``sparkctl.serve.thermals``).
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from sparkctl.serve import thermals
 from sparkctl.serve.http import HeadFacts, head_checks
 from sparkctl.serve.probe import FleetLike, NodeFacts, collect
 
@@ -28,11 +33,14 @@ class Snapshot:
     verdict: str
     reasons: list[str]
     seconds: float = 0.0
+    warnings: list[thermals.ThermalWarning] = field(default_factory=list)
+    taken_at: float = field(default_factory=time.time)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
             "reasons": self.reasons,
+            "warnings": [w.as_dict() for w in self.warnings],
             "seconds": round(self.seconds, 3),
             "nodes": [f.as_dict() for f in sorted(self.nodes.values(), key=lambda f: f.rank)],
             "head": self.head.as_dict() if self.head else None,
@@ -96,6 +104,7 @@ def snapshot(cluster: Any, doc: Mapping[str, Any], fleet: FleetLike, http: httpx
         nodes = collect(cluster, doc, fleet, "status", timeout=timeout)
         head = head_future.result()
     state, reasons = verdict(cluster, nodes, head)
-    return Snapshot(nodes, head, state, reasons, time.monotonic() - start)
+    return Snapshot(nodes, head, state, reasons, time.monotonic() - start,
+                    warnings=thermals.warnings(cluster, nodes))
 
 

@@ -100,8 +100,10 @@ _COMMAND_MODULES = [
     "sparkctl.cli.provision",
     "sparkctl.cli.stage",
     "sparkctl.cli.serve",
+    "sparkctl.cli.watch",
     "sparkctl.cli.qa",
     "sparkctl.cli.monitoring",
+    "sparkctl.cli.lifecycle",
 ]
 
 

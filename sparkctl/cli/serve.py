@@ -14,6 +14,7 @@ One module over 400 lines on purpose: the five verbs share the seams the CLI tes
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import platform
@@ -44,6 +45,16 @@ from sparkctl.model import load_inventory
 from sparkctl.qa.qualify import run_qualify
 from sparkctl.render import plan_document
 from sparkctl.serve import bootwatch, preflight, probe, redact, verdict
+from sparkctl.serve.events import (
+    Event,
+    EventLog,
+    breaker_reason,
+    close_breaker,
+    lifecycle,
+    pause,
+    resume,
+    supervisor_notes,
+)
 from sparkctl.serve.guard import R4_MIN_MEM_AVAILABLE_GIB, MemoryGuard, abort_ranks
 from sparkctl.ssh import fleet as remote
 
@@ -198,6 +209,7 @@ def status(
     http = _http()
     try:
         snap = verdict.snapshot(cluster, doc, fleet, http, api_key)
+        _note_supervisor(cluster, snap)
         if watch and not as_json:
             with Live(render_status(snap), console=ui.console, refresh_per_second=4, transient=False) as live:
                 try:
@@ -632,10 +644,45 @@ def bundle(
         ui.console.print(f"{ui.OK} wrote {path} ({len(data) / 1024:.0f} KiB, secrets redacted)")
 
 
+# --- the supervisor and the admin ------------------------------------------------------------------
+
+
+def _note_supervisor(cluster: Any, snap: verdict.Snapshot) -> None:
+    """An open circuit breaker (`sparkctl watch`) is a reason of its own: status names it, exits 3."""
+    reason = breaker_reason(supervisor_notes(cluster.name))
+    if reason is not None:
+        snap.reasons.insert(0, reason)
+        if snap.verdict == verdict.READY:
+            snap.verdict = verdict.DEGRADED
+
+
+def _by_admin(verb: str, command: Any) -> Any:
+    """`up` or `down` typed by a person. `down` pauses the supervisor's healing until the next `up`;
+    `up` resumes it and closes the circuit breaker. Both wait while the supervisor is restarting the
+    group. (`sparkctl watch` calls ``up`` and ``down`` themselves, so its restarts change none of this.)"""
+
+    @functools.wraps(command)
+    def by_admin(ctx: typer.Context, *args: Any, **kwargs: Any) -> Any:
+        name = load_inventory(ctx.obj.inventory_dir()).name
+        wait = lambda who: ui.err_console.print(f"waiting for {who}")  # noqa: E731
+        with lifecycle(name, f"sparkctl {verb}", on_wait=wait):
+            if verb == "down":
+                pause(name, "sparkctl down")
+                EventLog(name).append(Event("admin-down", "healing paused until the next `sparkctl up`"))
+            else:
+                was_open = close_breaker(name)
+                if resume(name) or was_open:
+                    EventLog(name).append(Event("admin-up", "healing resumed" + (
+                        "; circuit breaker closed" if was_open else "")))
+            return command(ctx, *args, **kwargs)
+
+    return by_admin
+
+
 def register(app: typer.Typer) -> None:
     for name, func, panel, sample in (
-        ("up", up, SERVE, "sparkctl up --yes"),
-        ("down", down, SERVE, "sparkctl down --grace 30"),
+        ("up", _by_admin("up", up), SERVE, "sparkctl up --yes"),
+        ("down", _by_admin("down", down), SERVE, "sparkctl down --grace 30"),
         ("status", status, OBSERVE, "sparkctl status --watch"),
         ("logs", logs, OBSERVE, "sparkctl logs 0 --follow --since -10min"),
         ("bundle", bundle, OBSERVE, "sparkctl bundle -o support.tar.gz"),

@@ -40,7 +40,12 @@ KNOBS: tuple[Knob, ...] = (
         "per-request rate = rate / (1 + slowdown × (running − 1)); 0 keeps every stream at the rate",
     ),
     Knob("SPARKCTL_SIM_TTFT_S", "0.05", "fixed time to first token, seconds"),
-    Knob("SPARKCTL_SIM_PREFILL_RATE", "20000", "prompt tokens per second added to the time to first token"),
+    Knob(
+        "SPARKCTL_SIM_PREFILL_RATE",
+        "20000",
+        "prompt tokens per second added to the time to first token; one prefill runs at a time, "
+        "so requests arriving together queue for it",
+    ),
     Knob("SPARKCTL_SIM_HOLD_MIB", "0", "MiB of memory each rank allocates, touches and holds after joining"),
     Knob("SPARKCTL_SIM_FAULT", "", "comma-separated faults for negative tests: " + ", ".join(FAULTS)),
     Knob("SPARKCTL_SIM_HEARTBEAT_S", "1", "heartbeat interval between rank 0 and each worker"),

@@ -22,7 +22,7 @@ from sparkctl.serve.guard import MemoryGuard, abort_ranks
 from sparkctl.ssh.fleet import Fleet, targets_for
 
 if TYPE_CHECKING:
-    from sparkctl.qa.bench import BenchReport, LevelResult
+    from sparkctl.qa.bench import BenchReport
 
 RESULTS_ENV = "SPARKCTL_RESULTS"
 
@@ -30,12 +30,6 @@ RESULTS_ENV = "SPARKCTL_RESULTS"
 class SuiteName(StrEnum):
     quick = "quick"
     full = "full"
-
-
-class WorkloadName(StrEnum):
-    coding = "coding"
-    prose = "prose"
-    both = "both"
 
 
 def _load(ctx: typer.Context) -> Cluster:
@@ -152,74 +146,130 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
-def _range(lvl: LevelResult) -> str:
-    """min–max of the complete batches, with how many of the batches run they are when some failed."""
-    head = lvl.headline()
-    if head is None:
+def _published_cell(value: float | None, ratio: float | None) -> str:
+    if value is None:
         return "—"
-    text = f"{_fmt(head['min'], 1)}–{_fmt(head['max'], 1)}"
-    if len(lvl.measured) < len(lvl.batches):
-        text += f" ({len(lvl.measured)}/{len(lvl.batches)})"
-    return text
+    return f"{value:.2f}" + (f" ({ratio:.2f}×)" if ratio is not None else "")
 
 
 def bench_table(report: BenchReport) -> Table:
-    """One row per (workload, C): the headline (C1 decode per stream, C>1 aggregate) beside the
-    published figure, then latency percentiles. Numbers never wrap; prose columns do."""
-    measured = "simulator" if report.simulator else "measured"
+    """One row per (workload, C): sparkctl's mean, min–max of n, TTFT, then one column per published
+    source whose workload matches (value and sparkctl's ratio to it). Numbers never wrap."""
+    from sparkctl.qa import published as pub
+
+    measured = "simulator" if report.simulator else "sparkctl"
     title = f"bench — {report.model}"
     if report.profile:
-        title += f" vs profile {report.profile}"
+        title += f" · profile {report.profile}"
     if report.simulator:
         title += " · [bold yellow]simulator[/bold yellow]"
     table = Table(title=title, title_justify="left")
     table.add_column("workload", no_wrap=True)
     table.add_column("C", justify="right", no_wrap=True)
-    table.add_column(f"{measured}\ntok/s", justify="right", no_wrap=True)
-    table.add_column(f"min–max\nof {report.repeats}", justify="right", no_wrap=True)
-    if report.has_published:
-        table.add_column("published\ntok/s", justify="right", no_wrap=True)
-        table.add_column("ratio", justify="right", no_wrap=True)
-    table.add_column("TTFT s\np50 p90 p99", justify="right", no_wrap=True)
-    table.add_column("e2e s\np50 p90 p99", justify="right", no_wrap=True)
+    table.add_column("definition", no_wrap=True)
+    table.add_column(f"{measured}\nmean tok/s", justify="right", no_wrap=True)
+    table.add_column("min–max (n)", justify="right", no_wrap=True)
+    table.add_column("TTFT s\nmean", justify="right", no_wrap=True)
+    sources = pub.sources_used([f for lvl in report.levels for f in lvl.published])
+    for key in sources:
+        table.add_column(f"{pub.SOURCES[key].label}\ntok/s (ratio)", justify="right", no_wrap=True)
+        table.add_column(f"{pub.SOURCES[key].label}\nTTFT s", justify="right", no_wrap=True)
     for lvl in report.levels:
         data = lvl.to_dict()
-        head = data["headline_tps"]
-        ratio = data["ratio_to_published"]
-        ttft, e2e = data["ttft_s"], data["e2e_s"]
+        head, ttft = data["headline_tps"], data["ttft_s"]
         row = [
-            lvl.workload,
+            lvl.workload.name,
             str(lvl.concurrency),
-            _fmt(head["median"]) if head else "[red]failed[/red]",
-            _range(lvl),
+            lvl.definition,
+            _fmt(head["mean"]) if head else "[red]failed[/red]",
+            f"{head['min']:.1f}–{head['max']:.1f} ({head['n']})" if head else "—",
+            _fmt(ttft["mean"], 3) if ttft else "—",
         ]
-        if report.has_published:
-            row += [_fmt(lvl.published), f"{ratio:.2f}×" if ratio is not None else "—"]
-        row += [
-            " ".join(_fmt(ttft[k], 3) for k in ("p50", "p90", "p99")) if ttft else "—",
-            " ".join(_fmt(e2e[k], 2) for k in ("p50", "p90", "p99")) if e2e else "—",
-        ]
+        by_source = {f.source: f for f in lvl.published}
+        for key in sources:
+            fig = by_source.get(key)
+            cell = _published_cell(fig.value, lvl.ratio(fig)) if fig else "—"
+            if fig and fig.low is not None:
+                cell += f" [{fig.low:.2f}–{fig.high:.2f}]"
+            row += [cell, _fmt(fig.ttft_s, 3) if fig and fig.ttft_s is not None else "—"]
         table.add_row(*row)
-    table.caption = "tok/s: C1 decode per stream, C>1 aggregate over the whole batch"
-    if report.has_published:
-        table.caption += f" · published: {report.published_source}"
+    caption = ["coding: C1 decode per stream, C>1 batch aggregate · prose: post-first-token aggregate"]
+    if sources:
+        caption.append("published: " + "; ".join(f"{pub.SOURCES[k].label} = {pub.SOURCES[k].citation}"
+                                                  for k in sources))
     else:
-        table.caption += f" · profile {report.profile or '?'} publishes no figures; compared to nothing"
+        caption.append("no published figure matches these workloads")
     if report.simulator:
-        table.caption += " · figures from the rank simulator, not from hardware"
+        caption.append("figures from the rank simulator, not from hardware")
+    table.caption = " · ".join(caption)
+    return table
+
+
+def prefill_table(report: BenchReport) -> Table:
+    assert report.prefill is not None
+    measured = "simulator" if report.simulator else "sparkctl"
+    table = Table(title=f"prefill sweep — served context {report.prefill.context_length or '?'}",
+                  title_justify="left")
+    for name, justify in (("size", "left"), ("prompt tok", "right"), ("TTFT s", "right"),
+                          (f"{measured} tok/s", "right"), ("M1 tok/s (ratio)", "right"), ("note", "left")):
+        table.add_column(name, justify=justify, no_wrap=name != "note")  # type: ignore[arg-type]
+    for p in report.prefill.points:
+        t = p.timing
+        figs = p.published
+        note = p.skipped or p.clamped or (t.error if t and t.error else "")
+        table.add_row(
+            p.size,
+            f"{t.prompt_tokens:,}" if t and t.prompt_tokens else "—",
+            _fmt(t.ttft, 3) if t and t.ok else "—",
+            _fmt(p.tps, 1),
+            _published_cell(figs[0].value, (p.tps or 0) / figs[0].value if p.tps else None) if figs else "—",
+            note,
+        )
+    table.caption = "prompt_tokens / TTFT of one cold request per size (fresh prefix, 8-token budget)"
+    if report.simulator:
+        table.caption += " · simulator"
     return table
 
 
 def bench(
     ctx: typer.Context,
-    concurrency: Annotated[str, typer.Option("--concurrency", help="Comma-separated levels.")] = "1,4,8",
+    concurrency: Annotated[
+        str | None, typer.Option("--concurrency", help="Comma-separated levels [default: 1,4,8,16].")
+    ] = None,
     workload: Annotated[
-        WorkloadName, typer.Option("--workload", help="Prompt set(s) to run.")
-    ] = WorkloadName.both,
-    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Measured batches per level.")] = 3,
+        list[str] | None,
+        typer.Option(
+            "--workload",
+            help="coding, prose, both, or a workload file pinned by digest: FILE@SHA256 (repeatable) "
+            "[default: both].",
+        ),
+    ] = None,
+    repeats: Annotated[
+        int | None,
+        typer.Option("--repeats", min=1, help="Waves per level (R4: 3) [default: 3; --quick: 2]."),
+    ] = None,
+    c1_samples: Annotated[
+        int | None,
+        typer.Option(
+            "--c1-samples", min=1, help="Coding C1 samples (R4: 5) [default: 5; --quick: --repeats]."
+        ),
+    ] = None,
+    prefill: Annotated[
+        str | None,
+        typer.Option(
+            "--prefill",
+            help="Prefill sweep sizes, or none [default: 4K,16K,32K,64K,128K; --quick: 4K]; "
+            "sizes over the served context are clamped.",
+        ),
+    ] = None,
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help="Lab/demo: 2 waves, 2 C1 samples, short warm-up, 4K prefill only. "
+                     "Not the published counts."),
+    ] = False,
     plot: Annotated[
         Path | None,
-        typer.Option("--plot", help="Write the ladder plot here (default: <results>/ladder.png)."),
+        typer.Option("--plot", help="Write the plot here (default: <results>/ladder.png)."),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable results on stdout.")] = False,
     results: Annotated[
@@ -231,38 +281,56 @@ def bench(
         ),
     ] = Path("results"),
     warmup: Annotated[
-        bool, typer.Option("--warmup/--no-warmup", help="Run a discarded warm-up batch per level.")
+        bool,
+        typer.Option("--warmup/--no-warmup", help="Run the excluded warm-ups (R4's; short with --quick)."),
     ] = True,
 ) -> None:
-    """Measure the concurrency ladder (C1 decode per stream, C>1 aggregate) against the published figures."""
+    """Measure the ladder, TTFT and prefill by the published definitions, beside R4's and M1's figures."""
     # Imported here, not at the top: the ladder's modules (asyncio, the plot) add about 30 ms to every
     # start of sparkctl, completion included, and only `bench` needs them.
-    from sparkctl.qa.bench import bench_cluster, parse_concurrency, parse_workloads, write_report
+    from sparkctl.qa.bench import parse_concurrency, run_bench, write_report
+    from sparkctl.qa.endpoint import for_cluster
     from sparkctl.qa.plot import plot_ladder
+    from sparkctl.qa.prefill import parse_sizes
+    from sparkctl.qa.workload import resolve
 
     as_json = json_out or ctx.obj.json
-    levels = parse_concurrency(concurrency)
-    names = parse_workloads(workload.value)
+    levels = parse_concurrency(concurrency or "1,4,8,16")
+    loaded = resolve(workload or ["both"])
+    waves = repeats or (2 if quick else 3)
+    sizes = prefill if prefill is not None else ("4K" if quick else "4K,16K,32K,64K,128K")
+    options: dict[str, Any] = {
+        "concurrency": levels,
+        "waves": waves,
+        "c1_samples": c1_samples or (waves if quick else 5),
+        "warmup": ("short" if quick else "published") if warmup else "none",
+        "prefill_sizes": parse_sizes(sizes),
+    }
     cluster = _load(ctx)
-    options = {"workloads": names, "concurrency": levels, "repeats": repeats, "warmup": warmup}
+
+    def measure(progress: Any = None) -> BenchReport:
+        return run_bench(for_cluster(cluster), loaded, profile=cluster.profile.name, on_progress=progress,
+                         **options)
+
     with _guard(cluster) as guard:
         if as_json:
-            report = bench_cluster(cluster, **options)
+            report = measure()
         else:
             with ui.console.status("bench: connecting …") as status:
-                report = bench_cluster(
-                    cluster, on_progress=lambda what: status.update(f"bench: {what} …"), **options
-                )
+                report = measure(lambda what: status.update(f"bench: {what} …"))
     out_dir = new_results_dir(results, "bench")
     memory = _guard_report(guard, out_dir)
     json_path = write_report(report, out_dir)
+    doc = {**report.to_dict(), "memory_guard": memory}
+    json_path.write_text(json.dumps(doc, indent=2))
     plot_path = plot_ladder(report, plot or out_dir / "ladder.png")
     if as_json:
-        ui.print_json({**report.to_dict(), "memory_guard": memory, "results_json": str(json_path),
-                       "plot": str(plot_path)})
+        ui.print_json({**doc, "results_json": str(json_path), "plot": str(plot_path)})
     else:
         _say_guard(memory)
         ui.console.print(bench_table(report))
+        if report.prefill is not None:
+            ui.console.print(prefill_table(report))
         ui.console.print(f"results: {json_path}\nplot:    {plot_path}")
         for err in report.errors[:5]:
             ui.console.print(f"{ui.FAIL} request failed: {err}")
@@ -277,5 +345,5 @@ def bench(
 
 def register(app: typer.Typer) -> None:
     app.command("qualify", rich_help_panel=QUALIFY, epilog=example("sparkctl qualify --suite full"))(qualify)
-    sample = "sparkctl bench --concurrency 1,4,8 --workload coding"
+    sample = "sparkctl bench --workload coding --workload prompts.json@<sha256>"
     app.command("bench", rich_help_panel=QUALIFY, epilog=example(sample))(bench)

@@ -1,26 +1,31 @@
-"""The concurrency ladder, measured the way the published figures were.
+"""The concurrency ladder, measured by the published definitions and sample counts.
 
-Definitions (kept apart on purpose, as the published results do):
+Definitions (``published.DEFINITIONS``; every level records the one it used, and they are never mixed):
 
-- **TTFT**: from sending a request to its first streamed chunk carrying content (or reasoning) text.
-- **decode tok/s per stream**: ``(completion_tokens − 1) / (end − first token)``; tokens always come from
-  the server's ``usage`` block, never from counting chunks (a chunk can carry a speculative block).
-- **aggregate tok/s** of a batch of C concurrent requests: ``Σ completion_tokens / (last response done −
-  first request sent)``; the whole batch duration, prefill and TTFT included.
-- The headline at C1 is decode per stream; at C>1 it is the aggregate.
+- **coding** (R4's community workload): C1 headline = decode per stream
+  ``(completion_tokens − 1) / (done − first content token)``; C>1 headline = the **batch** aggregate
+  ``Σ completion_tokens / (last done − first sent)``, prefill and TTFT included.
+- **prose** (sparkDash, R4's and M1's prose): the **post-first-token** aggregate
+  ``Σ (completion_tokens − 1) / (latest last content token − earliest first content token)`` at every
+  level. With TTFT of seconds at C8 the batch definition would read ~20 % low here.
+- **TTFT**: send → first streamed chunk carrying content (or reasoning) text. Tokens always come from the
+  server's ``usage`` block, never from counting chunks (a chunk can carry a speculative block).
 
-Every request asks for exactly ``max_tokens`` (``ignore_eos``), so each stream decodes the same length.
-A warm-up batch per level (64 tokens) is discarded; each repeat runs the levels in order, every second
-repeat in reverse, so drift (heat, caches) does not favour one level.
+Samples and statistics follow R4's repeat suite: the standard warm-ups (the first three prompts at C1
+with 64 tokens), then one full-length batch per level that is excluded, then trials: trials 1..waves
+run every level (even trials in reverse order, so drift favours no level), further trials run C1 only
+until coding C1 has its samples (R4: 5 C1 samples, 3 waves at C4/C8, 3 prose waves per level). Each
+level reports the **mean** (what the publications quote) with min/median/max and every sample.
+Prompts are identical across repeats and the excluded batch (R4 flushes no cache and reuses prefixes
+on purpose); only the prefill sweep (``prefill.py``) uses a fresh prefix per request.
 
-Size: one module on purpose — the workload, the load generator and the report share the measured
-records; plotting (plot.py) and the published figures (published.py) are apart.
+Size: one module on purpose — the load generator and the report share the measured records;
+workloads (workload.py), the prefill sweep (prefill.py), plotting and published figures are apart.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import math
 import statistics
@@ -28,48 +33,24 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkctl.errors import InputError
 from sparkctl.qa import published as pub
 from sparkctl.qa.endpoint import Endpoint, for_cluster
-from sparkctl.qa.published import WORKLOADS
+from sparkctl.qa.workload import Workload, load_builtin, resolve
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
+    from sparkctl.qa.prefill import PrefillResult
+
 WARMUP_TOKENS = 64
+STANDARD_WARMUPS = 3  # R4/community runner: the first three prompts at C1, 64 tokens each
 TIMEOUT_S = 900.0
-
-
-# ---------------------------------------------------------------------------------------- workloads
-@dataclass(frozen=True)
-class Workload:
-    name: str
-    max_tokens: int
-    prompts: tuple[str, ...]
-    sha256: str
-    version: int = 1
-
-
-def load_workload(name: str) -> Workload:
-    """A pinned prompt set from ``sparkctl/qa/workloads/<name>.json``; its sha256 goes into every result."""
-    if name not in WORKLOADS:
-        raise InputError(f"unknown workload {name!r}", hint=f"choose one of: {', '.join(WORKLOADS)}, both")
-    raw = resources.files("sparkctl.qa").joinpath("workloads", f"{name}.json").read_bytes()
-    data = json.loads(raw)
-    prompts = tuple(str(p) for p in data["prompts"])
-    if not prompts or int(data["max_tokens"]) < 2:
-        raise ValueError(f"workload {name} needs prompts and max_tokens >= 2")
-    return Workload(
-        data["name"],
-        int(data["max_tokens"]),
-        prompts,
-        hashlib.sha256(raw).hexdigest(),
-        int(data.get("version", 1)),
-    )
+DEFAULT_LEVELS = (1, 4, 8, 16)
+WARMUPS = ("published", "short", "none")
 
 
 def parse_concurrency(text: str) -> list[int]:
@@ -80,17 +61,9 @@ def parse_concurrency(text: str) -> list[int]:
         levels = []
     if not levels or levels[0] < 1:
         raise InputError(
-            f"--concurrency {text!r} is not a list of positive integers", hint="e.g. --concurrency 1,4,8"
+            f"--concurrency {text!r} is not a list of positive integers", hint="e.g. --concurrency 1,4,8,16"
         )
     return levels
-
-
-def parse_workloads(text: str) -> list[str]:
-    if text == "both":
-        return list(WORKLOADS)
-    if text in WORKLOADS:
-        return [text]
-    raise InputError(f"--workload {text!r} is not coding, prose or both")
 
 
 # ------------------------------------------------------------------------------------------ metrics
@@ -106,12 +79,18 @@ def percentile(values: Sequence[float], p: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def spread(values: Sequence[float]) -> dict[str, float]:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
-
-
-def percentiles(values: Sequence[float]) -> dict[str, float]:
-    return {f"p{p}": percentile(values, p) for p in (50, 90, 99)}
+def stats(values: Sequence[float], digits: int = 3) -> dict[str, Any]:
+    """mean (what the publications quote), min/median/max, and every sample in measured order."""
+    if not values:
+        raise ValueError("statistics of no values")
+    return {
+        "mean": round(statistics.fmean(values), digits),
+        "min": round(min(values), digits),
+        "median": round(statistics.median(values), digits),
+        "max": round(max(values), digits),
+        "n": len(values),
+        "samples": [round(v, digits) for v in values],
+    }
 
 
 @dataclass
@@ -124,6 +103,7 @@ class RequestTiming:
     completion_tokens: int
     prompt_tokens: int
     error: str | None = None
+    last_token: float | None = None  # the last chunk that carried content (sparkDash's window end)
 
     @property
     def ok(self) -> bool:
@@ -138,6 +118,10 @@ class RequestTiming:
         return self.done - self.sent
 
     @property
+    def last(self) -> float:
+        return self.last_token if self.last_token is not None else self.done
+
+    @property
     def decode_tps(self) -> float:
         """(completion_tokens − 1) / (end − first token): the first token belongs to prefill."""
         window = self.done - (self.first_token or self.done)
@@ -148,6 +132,7 @@ class RequestTiming:
 class Batch:
     concurrency: int
     requests: list[RequestTiming]
+    trial: int = 0  # 0: the excluded warm-up batch
 
     @property
     def wall(self) -> float:
@@ -159,8 +144,18 @@ class Batch:
 
     @property
     def aggregate_tps(self) -> float:
-        """Σ completion tokens / (last response done − first request sent)."""
+        """Batch definition: Σ completion tokens / (last response done − first request sent)."""
         return self.completion_tokens / self.wall if self.wall > 0 else 0.0
+
+    @property
+    def post_first_token_tps(self) -> float:
+        """sparkDash definition: Σ (completion − 1) / (latest last content − earliest first content)."""
+        firsts = [r.first_token for r in self.requests if r.first_token is not None]
+        if not firsts:
+            return 0.0
+        window = max(r.last for r in self.requests) - min(firsts)
+        tokens = sum(max(0, r.completion_tokens - 1) for r in self.requests)
+        return tokens / window if window > 0 else 0.0
 
     @property
     def decode_tps(self) -> float:
@@ -176,15 +171,23 @@ class Batch:
         """Every request of the batch completed; only such batches measure anything."""
         return all(r.ok for r in self.requests)
 
-    def headline(self) -> float:
-        return self.decode_tps if self.concurrency == 1 else self.aggregate_tps
+    def value(self, definition: str) -> float:
+        if definition == "decode-per-stream":
+            return self.decode_tps
+        if definition == "batch":
+            return self.aggregate_tps
+        if definition == "post-first-token":
+            return self.post_first_token_tps
+        raise ValueError(f"no batch value for definition {definition!r}")
 
     def summary(self) -> dict[str, Any]:
         return {
+            "trial": self.trial,
             "concurrency": self.concurrency,
             "wall_s": round(self.wall, 4),
             "completion_tokens": self.completion_tokens,
-            "aggregate_tps": round(self.aggregate_tps, 3),
+            "aggregate_batch_tps": round(self.aggregate_tps, 3),
+            "aggregate_post_first_token_tps": round(self.post_first_token_tps, 3),
             "decode_tps_per_stream": round(self.decode_tps, 3),
             "requests": [
                 {
@@ -200,126 +203,95 @@ class Batch:
         }
 
 
-def headline_metric(concurrency: int) -> str:
-    return "decode tok/s per stream" if concurrency == 1 else "aggregate tok/s"
-
-
-# ------------------------------------------------------------------------------------------ running
-async def _one(client: AsyncOpenAI, model: str, prompt: str, max_tokens: int) -> RequestTiming:
-    sent = time.perf_counter()
-    first: float | None = None
-    completion = prompt_tokens = 0
-    try:
-        stream = await client.chat.completions.create(
-            model=model,
-            messages=[{"role": "user", "content": prompt}],
-            max_tokens=max_tokens,
-            temperature=0,
-            stream=True,
-            stream_options={"include_usage": True},
-            extra_body={"ignore_eos": True, "chat_template_kwargs": {"thinking": False}},
-        )
-        async for chunk in stream:
-            if first is None and chunk.choices:
-                delta = chunk.choices[0].delta
-                extra = getattr(delta, "model_extra", None) or {}
-                if delta.content or extra.get("reasoning_content"):
-                    first = time.perf_counter()
-            if chunk.usage is not None:
-                completion = chunk.usage.completion_tokens
-                prompt_tokens = chunk.usage.prompt_tokens
-    except Exception as exc:
-        return RequestTiming(
-            sent, first, time.perf_counter(), completion, prompt_tokens, f"{type(exc).__name__}: {exc}"
-        )
-    done = time.perf_counter()
-    error = None
-    if first is None:
-        error = "no content was streamed"
-    elif completion == 0:
-        error = "the stream carried no usage block (stream_options.include_usage)"
-    return RequestTiming(sent, first, done, completion, prompt_tokens, error)
-
-
-def _prompts(workload: Workload, concurrency: int, tag: str) -> list[str]:
-    """C distinct prompts, each with a deterministic tag at the front (no two requests share a prefix)."""
-    return [
-        f"[bench v1 {tag} {workload.name} c{concurrency} s{i}] {workload.prompts[i % len(workload.prompts)]}"
-        for i in range(concurrency)
-    ]
-
-
-async def run_batch(
-    client: AsyncOpenAI,
-    model: str,
-    workload: Workload,
-    concurrency: int,
-    tag: str,
-    max_tokens: int | None = None,
-) -> Batch:
-    """C requests sent together; the batch lasts from the first send to the last response."""
-    prompts = _prompts(workload, concurrency, tag)
-    timings = await asyncio.gather(
-        *(_one(client, model, p, max_tokens or workload.max_tokens) for p in prompts)
-    )
-    return Batch(concurrency, list(timings))
+def metric_name(definition: str) -> str:
+    return {
+        "decode-per-stream": "decode tok/s per stream",
+        "batch": "aggregate tok/s (batch)",
+        "post-first-token": "aggregate tok/s (post-first-token)",
+    }[definition]
 
 
 @dataclass
 class LevelResult:
-    workload: str
+    workload: Workload
     concurrency: int
     batches: list[Batch] = field(default_factory=list)
-    published: float | None = None
-    max_tokens: int = 0
+    excluded: int = 0  # full-length warm-up batches run and discarded at this level
+    slots: int | None = None  # the server's max_running_requests, when it says
 
     @property
-    def short_requests(self) -> int:
-        """Requests that came back with fewer tokens than asked (the server ignored ``ignore_eos``)."""
-        return sum(
-            1 for b in self.batches for r in b.requests if r.ok and r.completion_tokens < self.max_tokens
-        )
+    def definition(self) -> str:
+        return pub.definition_for(self.workload.kind, self.concurrency)
 
     @property
-    def metric(self) -> str:
-        return headline_metric(self.concurrency)
+    def published(self) -> list[pub.Figure]:
+        return pub.matching(self.workload.kind, self.concurrency, self.workload.max_tokens)
 
     @property
     def measured(self) -> list[Batch]:
         """Batches in which every request completed (a batch with a failed request measures nothing)."""
         return [b for b in self.batches if b.ok]
 
-    def headline(self) -> dict[str, float] | None:
-        """min/median/max of the headline over the complete batches; None when there is none."""
-        return spread([b.headline() for b in self.measured]) if self.measured else None
+    @property
+    def samples(self) -> list[float]:
+        return [b.value(self.definition) for b in self.measured]
 
-    def ratio(self) -> float | None:
-        head = self.headline()
-        return head["median"] / self.published if head and self.published else None
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.samples) if self.measured else None
+
+    @property
+    def short_requests(self) -> int:
+        """Requests that came back with fewer tokens than asked (the server ignored ``ignore_eos``)."""
+        return sum(
+            1
+            for b in self.batches
+            for r in b.requests
+            if r.ok and r.completion_tokens < self.workload.max_tokens
+        )
+
+    def ratio(self, figure: pub.Figure) -> float | None:
+        return self.mean / figure.value if self.mean is not None and figure.value else None
 
     def to_dict(self) -> dict[str, Any]:
         reqs = [r for b in self.measured for r in b.requests]
         ttft = [r.ttft for r in reqs]
-        e2e = [r.e2e for r in reqs]
-        ratio = self.ratio()
-        head = self.headline()
-
-        def rounded(values: list[float]) -> dict[str, float] | None:
-            return {k: round(v, 3) for k, v in spread(values).items()} if values else None
-
+        ttft_stats = stats(ttft, 4) if ttft else None
+        if ttft_stats is not None:
+            ttft_stats.pop("samples")
+            ttft_stats.update({f"p{p}": round(percentile(ttft, p), 4) for p in (50, 90, 99)})
+        queued = None
+        if self.slots and self.concurrency > self.slots:
+            queued = (
+                f"{self.concurrency - self.slots} of {self.concurrency} requests wait for a slot "
+                f"(the server runs max_running_requests={self.slots})"
+            )
         return {
-            "workload": self.workload,
+            "workload": self.workload.name,
+            "kind": self.workload.kind,
+            "workload_sha256": self.workload.sha256,
             "concurrency": self.concurrency,
-            "metric": self.metric,
-            "headline_tps": {k: round(v, 3) for k, v in head.items()} if head else None,
-            "published_tps": self.published,
-            "ratio_to_published": round(ratio, 4) if ratio is not None else None,
+            "metric": metric_name(self.definition),
+            "definition": self.definition,
+            "definition_text": pub.DEFINITIONS[self.definition],
+            "headline_tps": stats(self.samples) if self.measured else None,
+            "ttft_s": ttft_stats,
+            "decode_tps_per_stream": stats([b.decode_tps for b in self.measured]) if self.measured else None,
+            # Both aggregates, for reading only: the headline uses `definition`, never the other.
+            "aggregate_means": {
+                "batch": round(statistics.fmean(b.aggregate_tps for b in self.measured), 3),
+                "post-first-token": round(statistics.fmean(b.post_first_token_tps for b in self.measured), 3),
+            }
+            if self.measured
+            else None,
+            "published": [
+                {**f.to_dict(), "ratio": round(r, 4) if (r := self.ratio(f)) is not None else None}
+                for f in self.published
+            ],
             "measured_batches": len(self.measured),
             "failed_batches": len(self.batches) - len(self.measured),
-            "aggregate_tps": rounded([b.aggregate_tps for b in self.measured]),
-            "decode_tps_per_stream": rounded([b.decode_tps for b in self.measured]),
-            "ttft_s": {k: round(v, 4) for k, v in percentiles(ttft).items()} if ttft else None,
-            "e2e_s": {k: round(v, 4) for k, v in percentiles(e2e).items()} if e2e else None,
+            "excluded_warmup_batches": self.excluded,
+            "queued": queued,
             "short_requests": self.short_requests,
             "errors": [e for b in self.batches for e in b.errors],
             "batches": [b.summary() for b in self.batches],
@@ -332,23 +304,29 @@ class BenchReport:
     model: str
     simulator: bool
     profile: str | None
-    published_source: str | None
     started: str
-    workloads: dict[str, Workload]
+    workloads: list[Workload]
     concurrency: list[int]
-    repeats: int
+    waves: int
+    c1_samples: int
+    warmup: str
     levels: list[LevelResult] = field(default_factory=list)
+    prefill: PrefillResult | None = None
     seconds: float = 0.0
     results_dir: Path | None = None
     server_info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def errors(self) -> list[str]:
-        return [e for lvl in self.levels for b in lvl.batches for e in b.errors]
+        out = [e for lvl in self.levels for b in lvl.batches for e in b.errors]
+        return out + (self.prefill.errors if self.prefill else [])
 
     @property
-    def has_published(self) -> bool:
-        return any(lvl.published is not None for lvl in self.levels)
+    def sources(self) -> list[str]:
+        figures = [f for lvl in self.levels for f in lvl.published]
+        if self.prefill:
+            figures += [f for p in self.prefill.points for f in p.published]
+        return pub.sources_used(figures)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -356,34 +334,111 @@ class BenchReport:
             "endpoint": self.endpoint,
             "model": self.model,
             "profile": self.profile,
-            "published_source": self.published_source,
-            "published": "compared"
-            if self.has_published
-            else "the profile publishes no figures; compared to nothing",
+            "profile_sources": list(pub.PROFILE_SOURCES.get(self.profile or "", ())),
+            "published_sources": {
+                k: {
+                    "label": pub.SOURCES[k].label,
+                    "citation": pub.SOURCES[k].citation,
+                    "date": pub.SOURCES[k].date,
+                }
+                for k in self.sources
+            },
+            "published": "compared" if self.sources else "no published figure matches these workloads",
             "started": self.started,
             "seconds": round(self.seconds, 2),
             "concurrency": self.concurrency,
-            "repeats": self.repeats,
-            "definitions": {
-                "ttft": "send → first streamed content chunk",
-                "decode_tps_per_stream": "(completion_tokens − 1) / (done − first token), tokens from usage",
-                "aggregate_tps": "Σ completion_tokens / (last response done − first request sent)",
-                "headline": "C1: decode tok/s per stream; C>1: aggregate tok/s",
-                "warmup": f"one {WARMUP_TOKENS}-token batch per level, discarded",
+            "sampling": {
+                "waves": self.waves,
+                "c1_coding_samples": self.c1_samples,
+                "order": "trials 1..waves run every level, even trials reversed; later trials C1 only",
+                "warmup": self.warmup,
+                "warmup_text": _warmup_text(self.warmup),
+                "prefixes": "identical prompts across repeats and the excluded warm-up batch (R4: no cache "
+                "flush, prefixes deliberately reused); the prefill sweep uses a fresh prefix per request",
+                "statistic": "mean of the samples (as published), with min/median/max and every sample",
             },
-            "workloads": {
-                name: {
-                    "sha256": w.sha256,
-                    "max_tokens": w.max_tokens,
-                    "prompts": len(w.prompts),
-                    "version": w.version,
-                }
-                for name, w in self.workloads.items()
-            },
+            "definitions": pub.DEFINITIONS,
+            "workloads": {w.name: w.describe() for w in self.workloads},
             "levels": [lvl.to_dict() for lvl in self.levels],
+            "prefill": self.prefill.to_dict() if self.prefill else None,
             "errors": self.errors,
             "server_info": self.server_info,
         }
+
+
+def _warmup_text(mode: str) -> str:
+    return {
+        "published": f"the first {STANDARD_WARMUPS} prompts at C1 with {WARMUP_TOKENS} tokens, then one "
+        "full-length batch per level, all excluded (R4's repeat suite)",
+        "short": f"one {WARMUP_TOKENS}-token batch per level, excluded (quick mode, not R4's warm-up)",
+        "none": "no warm-up (not comparable with the published figures)",
+    }[mode]
+
+
+# ------------------------------------------------------------------------------------------ running
+async def _one(client: AsyncOpenAI, model: str, prompt: str, max_tokens: int) -> RequestTiming:
+    sent = time.perf_counter()
+    first: float | None = None
+    last: float | None = None
+    completion = prompt_tokens = 0
+    try:
+        stream = await client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": prompt}],
+            max_tokens=max_tokens,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True, "chat_template_kwargs": {"thinking": False}},
+        )
+        async for chunk in stream:
+            if chunk.choices:
+                delta = chunk.choices[0].delta
+                extra = getattr(delta, "model_extra", None) or {}
+                if delta.content or extra.get("reasoning_content"):
+                    last = time.perf_counter()
+                    if first is None:
+                        first = last
+            if chunk.usage is not None:
+                completion = chunk.usage.completion_tokens
+                prompt_tokens = chunk.usage.prompt_tokens
+    except Exception as exc:
+        return RequestTiming(
+            sent, first, time.perf_counter(), completion, prompt_tokens, f"{type(exc).__name__}: {exc}", last
+        )
+    done = time.perf_counter()
+    error = None
+    if first is None:
+        error = "no content was streamed"
+    elif completion == 0:
+        error = "the stream carried no usage block (stream_options.include_usage)"
+    return RequestTiming(sent, first, done, completion, prompt_tokens, error, last)
+
+
+def prompts_for(workload: Workload, concurrency: int) -> list[str]:
+    """C distinct prompts, a deterministic tag at the front; the same on every repeat of a level."""
+    return [
+        f"[bench v1 {workload.name} c{concurrency} s{i}] {workload.prompts[i % len(workload.prompts)]}"
+        for i in range(concurrency)
+    ]
+
+
+async def run_batch(
+    client: AsyncOpenAI, model: str, prompts: Sequence[str], max_tokens: int, trial: int = 0
+) -> Batch:
+    """The prompts sent together; the batch lasts from the first send to the last response."""
+    timings = await asyncio.gather(*(_one(client, model, p, max_tokens) for p in prompts))
+    return Batch(len(prompts), list(timings), trial)
+
+
+def trial_plan(levels: Sequence[int], waves: int, c1_samples: int) -> list[list[int]]:
+    """Levels per trial: 1..waves run every level (even trials reversed), then C1 until it has
+    ``c1_samples`` samples (R4: trials 1–3 C1/C4/C8 with trial 2 as 8,4,1; trials 4–5 C1 only)."""
+    ordered = sorted(levels)
+    plan = [ordered if t % 2 == 0 else ordered[::-1] for t in range(waves)]
+    if 1 in ordered:
+        plan += [[1] for _ in range(max(0, c1_samples - waves))]
+    return plan
 
 
 ProgressFn = Callable[[str], None]
@@ -393,36 +448,47 @@ async def _bench(
     endpoint: Endpoint,
     workloads: list[Workload],
     levels: list[int],
-    repeats: int,
-    figures: dict[str, dict[int, float]],
-    warmup: bool,
+    waves: int,
+    c1_samples: int,
+    warmup: str,
     on_progress: ProgressFn | None,
 ) -> list[LevelResult]:
     client = endpoint.async_client(timeout=TIMEOUT_S)
+    slots = endpoint.server_info.get("max_running_requests")
     results: list[LevelResult] = []
+
+    def say(text: str) -> None:
+        if on_progress:
+            on_progress(text)
+
     try:
         for workload in workloads:
-            by_c = {
-                c: LevelResult(
-                    workload.name,
-                    c,
-                    published=figures.get(workload.name, {}).get(c),
-                    max_tokens=workload.max_tokens,
-                )
-                for c in levels
-            }
+            by_c = {c: LevelResult(workload, c, slots=int(slots) if slots else None) for c in levels}
             results.extend(by_c.values())
-            if warmup:
+            if warmup == "published":
+                say(f"{workload.name} standard warm-ups")
+                for i in range(STANDARD_WARMUPS):
+                    await run_batch(
+                        client,
+                        endpoint.model,
+                        [f"[bench v1 warmup s{i}] {workload.prompts[i % len(workload.prompts)]}"],
+                        WARMUP_TOKENS,
+                    )
+            if warmup != "none":
                 for c in levels:
-                    if on_progress:
-                        on_progress(f"{workload.name} warm-up C{c}")
-                    await run_batch(client, endpoint.model, workload, c, "warmup", max_tokens=WARMUP_TOKENS)
-            for r in range(repeats):
-                order = levels if r % 2 == 0 else list(reversed(levels))
+                    say(f"{workload.name} warm-up C{c} (excluded)")
+                    full = workload.max_tokens if warmup == "published" else WARMUP_TOKENS
+                    await run_batch(client, endpoint.model, prompts_for(workload, c), full)
+                    by_c[c].excluded += 1
+            samples_c1 = c1_samples if workload.kind == "coding" else waves
+            plan = trial_plan(levels, waves, samples_c1)
+            for t, order in enumerate(plan, start=1):
                 for c in order:
-                    if on_progress:
-                        on_progress(f"{workload.name} C{c} repeat {r + 1}/{repeats}")
-                    by_c[c].batches.append(await run_batch(client, endpoint.model, workload, c, f"r{r + 1}"))
+                    say(f"{workload.name} C{c} trial {t}/{len(plan)}")
+                    batch = await run_batch(
+                        client, endpoint.model, prompts_for(workload, c), workload.max_tokens, trial=t
+                    )
+                    by_c[c].batches.append(batch)
     finally:
         await client.close()
     return results
@@ -430,36 +496,44 @@ async def _bench(
 
 def run_bench(
     endpoint: Endpoint,
-    workloads: Sequence[str] = WORKLOADS,
-    concurrency: Sequence[int] = (1, 4, 8),
-    repeats: int = 3,
-    figures: dict[str, dict[int, float]] | None = None,
+    workloads: Sequence[Workload | str] = ("coding", "prose"),
+    concurrency: Sequence[int] = DEFAULT_LEVELS,
+    waves: int = 3,
+    c1_samples: int = 5,
+    warmup: str = "published",
+    prefill_sizes: Sequence[int] = (),
     profile: str | None = None,
-    published_source: str | None = None,
-    warmup: bool = True,
     on_progress: ProgressFn | None = None,
 ) -> BenchReport:
-    """Measure the ladder; ``figures`` ({workload: {C: tok/s}}) are the published values to compare to."""
-    if repeats < 1:
-        raise InputError(f"--repeats {repeats} must be at least 1")
-    loaded = {name: load_workload(name) for name in workloads}
+    """Measure the ladder (and the prefill sweep when ``prefill_sizes``) against the published figures."""
+    # Imported on use: prefill.py imports this module for its records.
+    from sparkctl.qa.prefill import run_prefill
+
+    if waves < 1:
+        raise InputError(f"--repeats {waves} must be at least 1")
+    if c1_samples < 1:
+        raise InputError(f"--c1-samples {c1_samples} must be at least 1")
+    if warmup not in WARMUPS:
+        raise InputError(f"warm-up {warmup!r} is not one of {', '.join(WARMUPS)}")
+    loaded = [w if isinstance(w, Workload) else load_builtin(w) for w in workloads]
     levels = sorted(set(concurrency))
     report = BenchReport(
         endpoint=endpoint.base_url,
         model=endpoint.model,
         simulator=endpoint.simulator,
         profile=profile,
-        published_source=published_source,
         started=datetime.now(UTC).isoformat(timespec="seconds"),
         workloads=loaded,
         concurrency=levels,
-        repeats=repeats,
+        waves=waves,
+        c1_samples=c1_samples,
+        warmup=warmup,
         server_info=endpoint.server_info,
     )
     start = time.perf_counter()
-    report.levels = asyncio.run(
-        _bench(endpoint, list(loaded.values()), levels, repeats, figures or {}, warmup, on_progress)
-    )
+    report.levels = asyncio.run(_bench(endpoint, loaded, levels, waves, c1_samples, warmup, on_progress))
+    if prefill_sizes:
+        report.prefill = run_prefill(endpoint, prefill_sizes, on_progress=on_progress)
     report.seconds = time.perf_counter() - start
     return report
 
@@ -472,13 +546,6 @@ def write_report(report: BenchReport, results_dir: Path) -> Path:
     return path
 
 
-def bench_cluster(cluster: Any, **kwargs: Any) -> BenchReport:
-    """``run_bench`` against an inventory's rank 0, compared with its profile's published figures."""
-    endpoint = for_cluster(cluster)
-    return run_bench(
-        endpoint,
-        figures=pub.bench_figures(cluster.profile),
-        profile=cluster.profile.name,
-        published_source=pub.source(cluster.profile),
-        **kwargs,
-    )
+def bench_cluster(cluster: Any, workloads: Sequence[str] = ("both",), **kwargs: Any) -> BenchReport:
+    """``run_bench`` against an inventory's rank 0."""
+    return run_bench(for_cluster(cluster), resolve(list(workloads)), profile=cluster.profile.name, **kwargs)

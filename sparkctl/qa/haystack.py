@@ -124,13 +124,22 @@ class TokenFit:
         return max(0, round((target_tokens - intercept) / slope))
 
 
-def tolerance(target_tokens: int) -> int:
-    """How far the served prompt may land from the target and still count as that rung of the ladder."""
-    return max(128, target_tokens // 100)
+# R4's long-context probe accepts a rung when ``size − 64 ≤ prompt_tokens ≤ size + 768``: the filler is
+# sized in units, and the template, instruction and records add a few hundred tokens on top.
+BELOW = 64
+ABOVE = 768
+# Where sizing aims inside that window: its middle, so a small misfit either way still counts.
+AIM_ABOVE = (ABOVE - BELOW) // 2
+
+
+def window(target_tokens: int) -> tuple[int, int]:
+    """The prompt sizes that count as the ``target_tokens`` rung (R4: −64/+768 tokens)."""
+    return target_tokens - BELOW, target_tokens + ABOVE
 
 
 def within(target_tokens: int, prompt_tokens: int) -> bool:
-    return abs(prompt_tokens - target_tokens) <= tolerance(target_tokens)
+    low, high = window(target_tokens)
+    return low <= prompt_tokens <= high
 
 
 def ladder(context_length: int, published: list[int] | None = None, reserve: int = 1024) -> list[int]:

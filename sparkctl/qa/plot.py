@@ -1,94 +1,152 @@
-"""A PNG of the bench ladder: measured (median, min–max) beside the profile's published figures."""
+"""A PNG of the bench: sparkctl's bars next to every published figure of the same workload, each bar
+labelled with its source (R4 suite 1, R4 suite 2, M1), and "simulator" when the lab measured it."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from sparkctl.qa import published as pub
 from sparkctl.qa.bench import BenchReport, LevelResult
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 MEASURED = "#2b6cb0"
-PUBLISHED = "#a0aec0"
+SOURCE_COLOURS = {"r4-s1": "#cbd5e0", "r4-s2": "#718096", "m1": "#ed8936"}
+
+
+def measured_label(report: BenchReport) -> str:
+    return "sparkctl · simulator" if report.simulator else "sparkctl · measured"
+
+
+def _grouped(
+    ax: Axes,
+    ticks: list[str],
+    ours: list[float | None],
+    spans: list[tuple[float, float]],
+    theirs: dict[str, list[float | None]],
+    ours_label: str,
+) -> None:
+    """One group per tick: our bar (with its min–max) and one bar per published source."""
+    series = 1 + len(theirs)
+    width = min(0.8 / series, 0.38)
+    xs = list(range(len(ticks)))
+    start = -width * (series - 1) / 2
+    heights = [v or 0.0 for v in ours]
+    low = [max(0.0, h - s[0]) if v is not None else 0.0 for h, s, v in zip(heights, spans, ours, strict=True)]
+    high = [
+        max(0.0, s[1] - h) if v is not None else 0.0 for h, s, v in zip(heights, spans, ours, strict=True)
+    ]
+    bars = ax.bar(
+        [x + start for x in xs], heights, width, yerr=[low, high], capsize=3, color=MEASURED, label=ours_label
+    )
+    ax.bar_label(
+        bars, labels=[f"{v:.1f}" if v is not None else "failed" for v in ours], padding=2, fontsize=7
+    )
+    for i, (key, values) in enumerate(theirs.items(), start=1):
+        pbars = ax.bar(
+            [x + start + i * width for x in xs],
+            [v or 0.0 for v in values],
+            width,
+            color=SOURCE_COLOURS.get(key, "#a0aec0"),
+            label=f"{pub.SOURCES[key].label} (published)",
+        )
+        ax.bar_label(
+            pbars, labels=[f"{v:.1f}" if v is not None else "" for v in values], padding=2, fontsize=7
+        )
+    ax.set_xticks(xs, ticks, fontsize=8)
+    ax.set_ylabel("tokens / s")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.margins(y=0.18)
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def _decode_panel(ax: Axes, report: BenchReport, levels: list[LevelResult]) -> None:
+    sources = pub.sources_used([f for lvl in levels for f in lvl.published])
+    theirs: dict[str, list[float | None]] = {key: [] for key in sources}
+    ticks, ours, spans = [], [], []
+    for lvl in levels:
+        data = lvl.to_dict()
+        head = data["headline_tps"]
+        ours.append(head["mean"] if head else None)
+        spans.append((head["min"], head["max"]) if head else (0.0, 0.0))
+        ttft = data["ttft_s"]
+        ticks.append(f"C{lvl.concurrency}" + (f"\nTTFT {ttft['mean']:.2f}s" if ttft else ""))
+        by_source = {f.source: f.value for f in lvl.published}
+        for key in sources:
+            theirs[key].append(by_source.get(key))
+    n = max((len(lvl.samples) for lvl in levels), default=0)
+    _grouped(ax, ticks, ours, spans, theirs, f"{measured_label(report)} (mean, min–max, ≤{n} samples)")
+    w = levels[0].workload
+    defs = dict.fromkeys(f"C{lvl.concurrency}: {lvl.definition}" for lvl in levels)
+    ax.set_title(f"{w.name} ({w.kind}, {w.max_tokens} tokens)\n{' · '.join(defs)}", fontsize=9)
+
+
+def _prefill_panel(ax: Axes, report: BenchReport) -> None:
+    assert report.prefill is not None
+    points = [p for p in report.prefill.points if not p.skipped]
+    theirs: dict[str, list[float | None]] = {"m1": []}
+    ticks, ours, spans = [], [], []
+    for p in points:
+        tps = p.tps
+        ours.append(tps)
+        spans.append((tps or 0.0, tps or 0.0))
+        tokens = p.timing.prompt_tokens if p.timing else 0
+        ticks.append(f"{p.size}\n{tokens:,} tok" + ("\n(clamped)" if p.clamped else ""))
+        match = {f.source: f.value for f in p.published}
+        theirs["m1"].append(match.get("m1"))
+    if not any(v is not None for v in theirs["m1"]):
+        theirs = {}
+    _grouped(ax, ticks, ours, spans, theirs, f"{measured_label(report)} (1 cold request per size)")
+    ax.set_title("prefill (prompt_tokens / TTFT)", fontsize=9)
 
 
 def ladder_figure(report: BenchReport) -> Figure:
-    """One panel per workload, grouped bars per concurrency (no pyplot state, safe in threads)."""
-    # Imported on use: matplotlib costs ~0.5 s to import (python -X importtime) and only
-    # `bench --plot` draws.
+    """One panel per workload and one for the prefill sweep (no pyplot state, safe in threads)."""
+    # Imported on use: matplotlib costs ~0.5 s to import (python -X importtime) and only bench draws.
     from matplotlib.figure import Figure
 
-    names = list(dict.fromkeys(lvl.workload for lvl in report.levels))
-    if not names:
+    names = list(dict.fromkeys(lvl.workload.name for lvl in report.levels))
+    panels = len(names) + (1 if report.prefill and report.prefill.points else 0)
+    if not panels:
         raise ValueError("nothing was measured")
-    fig = Figure(figsize=(max(8.0, 6.2 * len(names)), 4.8))
-    axes = fig.subplots(1, len(names), squeeze=False)
-    where = "simulator" if report.simulator else "measured"
-    for ax, name in zip(axes[0], names, strict=True):
-        levels: list[LevelResult] = [lvl for lvl in report.levels if lvl.workload == name]
-        xs = list(range(len(levels)))
-        width = 0.38
-        heads = [lvl.headline() or {"min": 0.0, "median": 0.0, "max": 0.0} for lvl in levels]
-        med = [h["median"] for h in heads]
-        low = [h["median"] - h["min"] for h in heads]
-        high = [h["max"] - h["median"] for h in heads]
-        has_pub = any(lvl.published is not None for lvl in levels)
-        offset = width / 2 if has_pub else 0.0
-        bars = ax.bar(
-            [x - offset for x in xs],
-            med,
-            width,
-            yerr=[low, high],
-            capsize=4,
-            color=MEASURED,
-            label=f"{where} (median, min–max of {report.repeats})",
-        )
-        labels = [
-            f"{h['median']:.1f}" if lvl.headline() else "failed" for h, lvl in zip(heads, levels, strict=True)
-        ]
-        ax.bar_label(bars, labels=labels, padding=3, fontsize=8)
-        if has_pub:
-            pub_vals = [lvl.published or 0.0 for lvl in levels]
-            pbars = ax.bar([x + offset for x in xs], pub_vals, width, color=PUBLISHED, label="published")
-            ax.bar_label(pbars, labels=[f"{v:.1f}" if v else "—" for v in pub_vals], padding=3, fontsize=8)
-        ax.set_xticks(
-            xs,
-            [
-                f"C{lvl.concurrency}\n{'decode/stream' if lvl.concurrency == 1 else 'aggregate'}"
-                for lvl in levels
-            ],
-        )
-        ax.set_ylabel("tokens / s")
-        ax.set_title(
-            f"{name} ({report.workloads[name].max_tokens} tokens)" if name in report.workloads else name
-        )
-        ax.grid(axis="y", alpha=0.3)
-        ax.set_axisbelow(True)
-        ax.margins(y=0.15)
-        ax.legend(fontsize=8, loc="upper left")
+    fig = Figure(figsize=(max(8.0, 6.4 * panels), 5.2))
+    axes = fig.subplots(1, panels, squeeze=False)[0]
+    for ax, name in zip(axes, names, strict=False):
+        _decode_panel(ax, report, [lvl for lvl in report.levels if lvl.workload.name == name])
+    if len(axes) > len(names):
+        _prefill_panel(axes[-1], report)
     title = f"sparkctl bench — {report.model}"
     if report.profile:
         title += f" · profile {report.profile}"
     notes = []
     if report.simulator:
-        notes.append("SIMULATOR (not real hardware)")
-    if not report.has_published:
-        notes.append("no published figures for this profile")
+        notes.append("SIMULATOR (not real hardware): compare shapes, not values")
+    if not report.sources:
+        notes.append("no published figure matches these workloads")
     if notes:
         title += "\n" + " · ".join(notes)
     fig.suptitle(title, fontsize=11)
-    foot = "C1: (completion − 1) / (done − first token) · C>1: Σ completion / (last done − first sent)"
-    if report.has_published and report.published_source:
-        foot += f"\npublished: {report.published_source}"
-    fig.text(0.01, 0.01, foot, fontsize=7, color="#4a5568", va="bottom")
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    foot: list[str] = [
+        f"{pub.SOURCES[k].label}: {pub.SOURCES[k].citation} ({pub.SOURCES[k].date})" for k in report.sources
+    ]
+    fig.text(
+        0.01, 0.01, "\n".join(foot) or "published: none matched", fontsize=6.5, color="#4a5568", va="bottom"
+    )
+    fig.tight_layout(rect=(0, 0.03 + 0.025 * len(foot), 1, 1))
     return fig
 
 
 def plot_ladder(report: BenchReport, path: Path) -> Path:
-    """Write the ladder figure to ``path`` (PNG) and return it."""
+    """Write the figure to ``path`` (PNG) and return it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     ladder_figure(report).savefig(path, dpi=120, format="png")
     return path
+
+
+def labels(fig: Any) -> str:
+    """Every text of the figure (legend entries, bar labels, titles), for tests and accessibility."""
+    return " ".join(t.get_text() for t in fig.findobj(lambda o: hasattr(o, "get_text")))

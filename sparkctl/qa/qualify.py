@@ -1,9 +1,12 @@
 """The qualification suite: does the served model answer correctly, not only answer?
 
 Each check sends fixed requests to rank 0, judges the answers, and saves every request and response
-under the results directory (``<check>.json``). The prompts follow the published acceptance fixture
-(greedy, thinking off, 256-token budget) and are written so that a real model and the lab simulator
-are judged by the same rules.
+under the results directory (``<check>.json``). The prompts follow R4's published acceptance fixture
+(greedy, thinking off, 256-token budget) and its judging: exact answers (``17 × 19`` → ``"323"``,
+``{"answer": 42}``, the image colours as a JSON array), never "looks like text". The full suite runs
+the acceptance list (text, C8 arithmetic, one and four images, structured JSON, tool round trip)
+**before and after** the long-context ladder, as R4 did (``<check>-after.json``), then determinism.
+The tool check's value is an eight-digit number rather than R4's 42, so a coincidental 42 cannot pass.
 
 ``run_qualify(cluster, suite, results_dir)`` is the entry point other commands use (``up`` calls it as
 its last gate); ``qualify_endpoint`` does the same against a bare endpoint (tests, the simulator).
@@ -37,18 +40,23 @@ if TYPE_CHECKING:
 
 Suite = Literal["quick", "full"]
 
-CHECKS: dict[str, str] = {
-    "plain": "plain text",
+ACCEPTANCE: dict[str, str] = {
+    "text": 'text: 17 × 19 → "323" exactly',
     "arithmetic": "arithmetic at C8 (2 waves × 8 distinct)",
-    "image-one": "one image: count and colours",
-    "image-four": "four images: count and colours",
-    "json": "structured JSON against its schema",
+    "image-one": "one image: colours left to right, exact",
+    "image-four": "four images: colours in order, exact",
+    "json": 'structured JSON: {"answer": 42} exactly',
     "tool": "tool call round trip",
+}
+AFTER = "-after"  # suffix of an acceptance check repeated after the long-context ladder
+CHECKS: dict[str, str] = {
+    **ACCEPTANCE,
     "needle": "needle-in-a-haystack ladder",
+    **{f"{name}{AFTER}": f"{title} (after the long request)" for name, title in ACCEPTANCE.items()},
     "determinism": "greedy determinism",
 }
 SUITES: dict[str, tuple[str, ...]] = {
-    "quick": ("plain", "arithmetic", "json", "determinism"),
+    "quick": ("text", "arithmetic", "json", "determinism"),
     "full": tuple(CHECKS),
 }
 
@@ -58,10 +66,11 @@ NEEDLE_TIMEOUT_S = 1200.0
 ARITHMETIC = tuple((17 + i, 19) for i in range(8))
 JSON_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"answer": {"type": "integer"}, "label": {"type": "string"}},
-    "required": ["answer", "label"],
+    "properties": {"answer": {"type": "integer"}},
+    "required": ["answer"],
     "additionalProperties": False,
 }
+JSON_EXPECTED = {"answer": 42}
 TOOL = {
     "type": "function",
     "function": {
@@ -76,10 +85,9 @@ TOOL = {
     },
 }
 TOOL_VALUE = "73914062"  # what the tool "returns"; the final answer must repeat it
-PLAIN_PROMPT = "In one or two sentences, what is a lighthouse for?"
-PLAIN_MAX_TOKENS = 64
+TEXT_PROMPT = "What is 17 times 19? Return only the integer."
+TEXT_EXPECTED = "323"
 DETERMINISM_PROMPT = "Write three sentences about the history of the printing press."
-_NUMBER_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
 
 
 @dataclass
@@ -92,6 +100,7 @@ class CheckResult:
     evidence: str | None = None
     data: dict[str, Any] = field(default_factory=dict)
     skipped: str | None = None  # why the check did not apply to this server; neither pass nor fail
+    phase: str | None = None  # "before" / "after" the long-context request (full suite), else None
 
 
 @dataclass
@@ -206,47 +215,21 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def mentions_count(text: str, n: int) -> bool:
-    """The answer states the number ``n``, as digits or as a word."""
-    low = text.lower()
-    return bool(re.search(rf"(?<![\d.]){n}(?![\d.])", low)) or (
-        n in _NUMBER_WORDS and re.search(rf"\b{_NUMBER_WORDS[n]}\b", low) is not None
-    )
-
-
-def mentions_in_order(text: str, words: Sequence[str]) -> bool:
-    """Each word appears (whole word, any case) after the previous one."""
-    low, pos = text.lower(), 0
-    for word in words:
-        match = re.compile(rf"\b{re.escape(word.lower())}\b").search(low, pos)
-        if match is None:
-            return False
-        pos = match.end()
-    return True
-
-
 # ----------------------------------------------------------------------------------------- checks
 CheckFn = Callable[[_Context], tuple[bool, str, dict[str, Any]]]
 
 
-def check_plain(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
-    """Free text comes back as text: words, not a repeated symbol or an empty string, with a sane usage."""
-    resp = ctx.chat(messages=_user(PLAIN_PROMPT), max_tokens=PLAIN_MAX_TOKENS)
+def check_text(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
+    """R4's text check: the answer, stripped, is exactly ``"323"``; the usage block is sane."""
+    resp = ctx.chat(messages=_user(TEXT_PROMPT))
     text = _text(resp)
     problems = []
-    words = re.findall(r"[^\W\d_]+", text)
-    letters = sum(ch.isalpha() or ch.isspace() for ch in text)
-    if len(words) < 3 or len({w.lower() for w in words}) < 3:
-        problems.append("fewer than 3 distinct words")
-    elif letters < 0.6 * len(text):
-        problems.append("mostly symbols")
-    finish = resp.choices[0].finish_reason if resp.choices else None
-    if finish not in ("stop", "length"):
-        problems.append(f"finish_reason {finish!r}")
+    if text.strip() != TEXT_EXPECTED:
+        problems.append(f"expected exactly {TEXT_EXPECTED!r}")
     usage = resp.usage
-    if usage is None or not 1 <= usage.completion_tokens <= PLAIN_MAX_TOKENS or usage.prompt_tokens < 1:
+    if usage is None or not 1 <= usage.completion_tokens <= MAX_TOKENS or usage.prompt_tokens < 1:
         problems.append(f"implausible usage {usage.model_dump() if usage else None}")
-    detail = f"{len(words)} words ({_short(text, 60)!r})"
+    detail = f"17 × 19 → {_short(text, 40)!r}"
     return not problems, detail + (" — " + "; ".join(problems) if problems else ""), {"answer": text}
 
 
@@ -271,49 +254,47 @@ def check_arithmetic(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
 
 
 def _image_check(
-    ctx: _Context, fixtures: list[images.ImageFixture], question: str, count: int
+    ctx: _Context, fixtures: list[images.ImageFixture], question: str, expected: list[str]
 ) -> tuple[bool, str, dict[str, Any]]:
+    """R4's image checks compare parsed JSON with the expected answer exactly (markdown fence stripped)."""
     content: list[dict[str, Any]] = [
         {"type": "image_url", "image_url": {"url": f.data_url()}} for f in fixtures
     ]
     content.append({"type": "text", "text": question})
-    resp = ctx.chat(messages=_user(content))
-    text = _text(resp)
-    colours = [c for f in fixtures for c in f.colours]
-    problems = []
-    if not mentions_count(text, count):
-        problems.append(f"count {count} not stated")
-    if not mentions_in_order(text, colours):
-        problems.append(f"colours {', '.join(colours)} not named in order")
-    detail = f"answered {_short(text)!r}"
-    if problems:
-        detail += " — " + "; ".join(problems)
-    return not problems, detail, {"answer": text, "expected": {"count": count, "colours": colours}}
+    text = _text(ctx.chat(messages=_user(content)))
+    data = {"answer": text, "expected": expected}
+    try:
+        value = json.loads(_strip_fence(text))
+    except json.JSONDecodeError:
+        return False, f"not a JSON array: {_short(text)!r}", data
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        value = [v.strip().lower() for v in value]
+    if value != expected:
+        return False, f"answered {json.dumps(value)}, expected {json.dumps(expected)}", data
+    return True, f"exact {json.dumps(value)}", data
 
 
 def check_image_one(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
     fixture = images.one_image()
     question = (
-        "How many coloured shapes are in this image, and what colour is each, from left to right? "
-        "Answer with the count and the colour names."
+        "Name the colour of each shape in this image from left to right. Return only a JSON array "
+        "of lower-case colour names."
     )
-    return _image_check(ctx, [fixture], question, len(fixture.shapes))
+    return _image_check(ctx, [fixture], question, fixture.colours)
 
 
 def check_image_four(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
     fixtures = images.four_images()
     question = (
-        "There are several images. How many images are there, and what is the colour of the shape in each "
-        "image, in order? Answer with the count and the colour names."
+        f"Name the colour of the shape in each of the {len(fixtures)} images, in order. Return only a JSON "
+        f"array of {len(fixtures)} lower-case colour names."
     )
-    return _image_check(ctx, fixtures, question, len(fixtures))
+    return _image_check(ctx, fixtures, question, [c for f in fixtures for c in f.colours])
 
 
 def check_json(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
     resp = ctx.chat(
-        messages=_user(
-            "Return an object whose answer is the integer 42 and whose label is the word forty-two."
-        ),
+        messages=_user("Return an object whose answer is the integer 42."),
         response_format={
             "type": "json_schema",
             "json_schema": {"name": "answer", "strict": True, "schema": JSON_SCHEMA},
@@ -327,8 +308,12 @@ def check_json(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
     errors = validate(value, JSON_SCHEMA)
     if errors:
         return False, "schema violations: " + "; ".join(errors), {"answer": value}
-    if value["answer"] != 42:
-        return False, f"valid JSON but answer is {value['answer']}, expected 42", {"answer": value}
+    if value != JSON_EXPECTED:
+        return (
+            False,
+            f"valid JSON but {json.dumps(value)}, expected {json.dumps(JSON_EXPECTED)}",
+            {"answer": value},
+        )
     return True, f"schema-valid {json.dumps(value)}", {"answer": value}
 
 
@@ -398,7 +383,9 @@ def check_needle(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
         rung: dict[str, Any] = {"target_tokens": target}
         rungs.append(rung)
         for attempt in range(1, 4):
-            hs = haystack.build(fit.words_for(target), ctx.needle_seed, label=str(target))
+            hs = haystack.build(
+                fit.words_for(target + haystack.AIM_ABOVE), ctx.needle_seed, label=str(target)
+            )
             start = time.perf_counter()
             try:
                 resp = ctx.chat(
@@ -416,6 +403,7 @@ def check_needle(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
                 prompt_tokens=tokens,
                 seconds=round(seconds, 3),
                 attempts=attempt,
+                window=list(haystack.window(target)),
                 sized=haystack.within(target, tokens),
                 found=answer == hs.expected,
                 answer=_short(_text(resp), 120),
@@ -478,7 +466,7 @@ def check_determinism(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
 
 
 CHECK_FUNCTIONS: dict[str, CheckFn] = {
-    "plain": check_plain,
+    "text": check_text,
     "arithmetic": check_arithmetic,
     "image-one": check_image_one,
     "image-four": check_image_four,
@@ -487,6 +475,18 @@ CHECK_FUNCTIONS: dict[str, CheckFn] = {
     "needle": check_needle,
     "determinism": check_determinism,
 }
+
+
+def _function(name: str) -> CheckFn:
+    return CHECK_FUNCTIONS[name.removesuffix(AFTER)]
+
+
+def _phase(name: str, names: Sequence[str]) -> str | None:
+    if name.endswith(AFTER):
+        return "after"
+    if name in ACCEPTANCE and "needle" in names and any(n.endswith(AFTER) for n in names):
+        return "before"
+    return None
 
 
 # ----------------------------------------------------------------------------------------- runner
@@ -522,7 +522,7 @@ def qualify_endpoint(
     if suite not in SUITES:
         raise InputError(f"unknown suite {suite!r}", hint=f"choose one of: {', '.join(SUITES)}")
     names = list(checks) if checks else list(SUITES[suite])
-    unknown = [n for n in names if n not in CHECK_FUNCTIONS]
+    unknown = [n for n in names if n not in CHECKS]
     if unknown:
         raise InputError(f"unknown check(s): {', '.join(unknown)}", hint=f"checks: {', '.join(CHECKS)}")
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -538,7 +538,15 @@ def qualify_endpoint(
     begin = time.perf_counter()
     for name in names:
         if skip and name in skip:
-            result = CheckResult(name, CHECKS[name], False, 0.0, f"skipped: {skip[name]}", skipped=skip[name])
+            result = CheckResult(
+                name,
+                CHECKS[name],
+                False,
+                0.0,
+                f"skipped: {skip[name]}",
+                skipped=skip[name],
+                phase=_phase(name, names),
+            )
             report.checks.append(result)
             if on_progress:
                 on_progress(name, result)
@@ -549,7 +557,7 @@ def qualify_endpoint(
         ctx = _Context(endpoint, client, evidence, list(needle_targets), needle_seed)
         start = time.perf_counter()
         try:
-            passed, detail, data = CHECK_FUNCTIONS[name](ctx)
+            passed, detail, data = _function(name)(ctx)
         except Exception as exc:  # a check that cannot complete has failed; the reason is its evidence
             passed, detail, data = False, f"error: {_short(_describe(exc), 200)}", {}
         seconds = time.perf_counter() - start
@@ -569,7 +577,9 @@ def qualify_endpoint(
                 default=str,
             )
         )
-        result = CheckResult(name, CHECKS[name], passed, seconds, detail, str(path), data)
+        result = CheckResult(
+            name, CHECKS[name], passed, seconds, detail, str(path), data, phase=_phase(name, names)
+        )
         report.checks.append(result)
         if on_progress:
             on_progress(name, result)
@@ -605,7 +615,7 @@ def run_qualify(
     skip = {}
     if not cluster.profile.args.get("--enable-multimodal"):
         reason = f"profile {cluster.profile.name} does not set --enable-multimodal"
-        skip = {"image-one": reason, "image-four": reason}
+        skip = {name: reason for name in CHECKS if name.removesuffix(AFTER) in ("image-one", "image-four")}
     return qualify_endpoint(
         endpoint, suite, new_results_dir(results_dir, "qualify"), targets, on_progress=on_progress, skip=skip
     )

@@ -1,4 +1,4 @@
-"""Bench arithmetic: the published timing definitions, percentiles, pinned workloads, published figures."""
+"""Bench arithmetic: the published timing definitions, sample counts, statistics and published tables."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 
 from sparkctl.errors import InputError
 from sparkctl.qa import bench, published
-from sparkctl.qa.bench import Batch, RequestTiming
+from sparkctl.qa.bench import Batch, LevelResult, RequestTiming
+from sparkctl.qa.workload import load_builtin
 
 
 def test_percentile_matches_numpy_linear() -> None:
@@ -23,6 +24,21 @@ def test_percentile_matches_numpy_linear() -> None:
         bench.percentile([], 50)
 
 
+def test_stats_report_the_mean_with_the_spread_and_every_sample() -> None:
+    # The publications quote means: a skewed set must not be summarised by its median.
+    out = bench.stats([80.0, 82.0, 90.0])
+    assert out == {
+        "mean": 84.0,
+        "min": 80.0,
+        "median": 82.0,
+        "max": 90.0,
+        "n": 3,
+        "samples": [80.0, 82.0, 90.0],
+    }
+    with pytest.raises(ValueError):
+        bench.stats([])
+
+
 def test_decode_rate_excludes_the_first_token() -> None:
     r = RequestTiming(sent=10.0, first_token=10.25, done=12.25, completion_tokens=201, prompt_tokens=40)
     assert r.ttft == pytest.approx(0.25)
@@ -30,75 +46,90 @@ def test_decode_rate_excludes_the_first_token() -> None:
     assert r.decode_tps == pytest.approx(100.0)  # (201 - 1) / (12.25 - 10.25)
 
 
-def test_aggregate_covers_the_whole_batch() -> None:
-    # Two streams: one starts late and finishes last; the aggregate window is first send → last done.
-    batch = Batch(
-        4,
-        [
-            RequestTiming(0.0, 0.5, 2.0, 200, 10),
-            RequestTiming(0.0, 0.3, 2.5, 200, 10),
-            RequestTiming(0.1, 0.6, 3.0, 200, 10),
-            RequestTiming(0.2, 1.0, 4.0, 200, 10),
-        ],
-    )
-    assert batch.wall == pytest.approx(4.0)
-    assert batch.aggregate_tps == pytest.approx(800 / 4.0)
-    assert batch.headline() == batch.aggregate_tps
-    single = Batch(1, [RequestTiming(0.0, 0.5, 2.5, 201, 10)])
-    assert single.headline() == pytest.approx(100.0)  # C1 headline is decode per stream
-    assert single.aggregate_tps == pytest.approx(201 / 2.5)
+def _slow_start_batch() -> Batch:
+    """Eight streams, TTFT 2 s (M1's C8 shape), 256 tokens each decoded in 2.55 s, usage 0.05 s later."""
+    return Batch(8, [RequestTiming(0.0, 2.0, 4.6, 256, 40, last_token=4.55) for _ in range(8)], trial=1)
 
 
-def test_level_summary_spread_and_ratio() -> None:
-    lvl = bench.LevelResult("coding", 1, published=80.0)
-    for rate in (78.0, 82.0, 80.0):
-        lvl.batches.append(Batch(1, [RequestTiming(0.0, 1.0, 1.0 + 199 / rate, 200, 20)]))
+def test_the_two_aggregates_differ_by_the_ttft_and_are_never_mixed() -> None:
+    batch = _slow_start_batch()
+    assert batch.aggregate_tps == pytest.approx(8 * 256 / 4.6)  # batch: first send → last done
+    assert batch.post_first_token_tps == pytest.approx(8 * 255 / 2.55)  # sparkDash: first → last content
+    assert batch.post_first_token_tps > 1.5 * batch.aggregate_tps
+    coding = LevelResult(load_builtin("coding"), 8, [batch])
+    prose = LevelResult(load_builtin("prose"), 8, [batch])
+    assert (coding.definition, prose.definition) == ("batch", "post-first-token")
+    assert coding.samples == [pytest.approx(batch.aggregate_tps)]
+    assert prose.samples == [pytest.approx(batch.post_first_token_tps)]
+    data = prose.to_dict()
+    assert data["definition"] == "post-first-token" and "sparkDash" in data["definition_text"]
+    assert data["aggregate_means"]["batch"] == pytest.approx(batch.aggregate_tps, abs=1e-3)
+
+
+def test_coding_c1_headline_is_decode_per_stream() -> None:
+    lvl = LevelResult(load_builtin("coding"), 1)
+    for rate in (78.0, 82.0, 80.0, 81.0, 84.0):
+        lvl.batches.append(Batch(1, [RequestTiming(0.0, 0.25, 0.25 + 199 / rate, 200, 20)]))
     data = lvl.to_dict()
-    assert data["headline_tps"] == {"min": 78.0, "median": 80.0, "max": 82.0}
-    assert data["ratio_to_published"] == 1.0
-    assert data["metric"] == "decode tok/s per stream"
-    assert data["ttft_s"] == {"p50": 1.0, "p90": 1.0, "p99": 1.0}
+    assert data["definition"] == "decode-per-stream" and data["metric"] == "decode tok/s per stream"
+    assert data["headline_tps"]["mean"] == pytest.approx(81.0)
+    assert data["headline_tps"]["samples"] == [78.0, 82.0, 80.0, 81.0, 84.0]
+    assert (data["headline_tps"]["min"], data["headline_tps"]["max"], data["headline_tps"]["n"]) == (
+        78.0,
+        84.0,
+        5,
+    )
+    assert data["ttft_s"]["mean"] == pytest.approx(0.25)
+    # Beside both R4 suites, ratio of means; suite 1's published C1 range travels with it.
+    pubs = {p["label"]: p for p in data["published"]}
+    assert set(pubs) == {"R4 suite 1", "R4 suite 2"}
+    assert pubs["R4 suite 1"]["low"] == 82.44 and pubs["R4 suite 1"]["high"] == 82.89
+    assert pubs["R4 suite 2"]["ratio"] == pytest.approx(81.0 / 82.73, abs=1e-4)
 
 
-def test_workloads_are_pinned_and_hashed() -> None:
-    for name in bench.WORKLOADS:
-        w = bench.load_workload(name)
+def test_r4_trial_plan_gives_five_c1_and_three_waves() -> None:
+    plan = bench.trial_plan([1, 4, 8], waves=3, c1_samples=5)
+    assert plan == [[1, 4, 8], [8, 4, 1], [1, 4, 8], [1], [1]]  # R4: trial 2 reversed, 4–5 C1 only
+    counts = {c: sum(c in t for t in plan) for c in (1, 4, 8)}
+    assert counts == {1: 5, 4: 3, 8: 3}
+    assert bench.trial_plan([4, 8], waves=3, c1_samples=5) == [[4, 8], [8, 4], [4, 8]]
+    assert bench.trial_plan([1, 4], waves=2, c1_samples=2) == [[1, 4], [4, 1]]
+
+
+def test_prompts_are_identical_across_repeats_and_tagged_at_the_front() -> None:
+    w = load_builtin("coding")
+    prompts = bench.prompts_for(w, 8)
+    assert prompts == bench.prompts_for(w, 8)  # R4 reuses prefixes on purpose
+    assert len(set(prompts)) == 8
+    assert prompts[3].startswith("[bench v1 coding c8 s3] ")
+
+
+def test_builtin_workloads_are_pinned_and_hashed() -> None:
+    for name in published.WORKLOADS:
+        w = load_builtin(name)
         raw = resources.files("sparkctl.qa").joinpath("workloads", f"{name}.json").read_bytes()
-        assert w.sha256 == hashlib.sha256(raw).hexdigest()
+        assert w.sha256 == hashlib.sha256(raw).hexdigest() and w.kind == name
         assert len(w.prompts) >= 8 and len(set(w.prompts)) == len(w.prompts)
         assert json.loads(raw)["name"] == name
-    assert bench.load_workload("coding").max_tokens == 200
-    assert bench.load_workload("prose").max_tokens == 256
-
-
-def test_prompts_are_distinct_and_tagged_at_the_front() -> None:
-    w = bench.load_workload("coding")
-    prompts = bench._prompts(w, 8, "r1")
-    assert len(set(prompts)) == 8
-    assert prompts[3].startswith("[bench v1 r1 coding c8 s3] ")
+    assert load_builtin("coding").max_tokens == 200  # R4's community workload length
+    assert load_builtin("prose").max_tokens == 256  # sparkDash's
 
 
 def test_option_parsing() -> None:
-    assert bench.parse_concurrency("8,1,4,4") == [1, 4, 8]
+    assert bench.parse_concurrency("8,1,4,4,16") == [1, 4, 8, 16]
     for bad in ("", "0,4", "a,b"):
         with pytest.raises(InputError):
             bench.parse_concurrency(bad)
-    assert bench.parse_workloads("both") == ["coding", "prose"]
-    with pytest.raises(InputError):
-        bench.parse_workloads("poetry")
 
 
-def test_published_figures_come_from_the_profile() -> None:
-    profiles = pytest.importorskip("sparkctl.profiles")
-    r4 = profiles.load_profile("r4-nvme")
-    assert published.bench_figures(r4) == {
-        "coding": {1: 82.73, 4: 211.81, 8: 340.41},
-        "prose": {1: 52.62, 4: 116.91, 8: 162.18},
-    }
-    assert published.needle_points(r4) == [32_870, 131_174, 299_102]
-    assert "rhys101" in (published.source(r4) or "")
-    lab = profiles.load_profile("lab")
-    assert published.bench_figures(lab) == {} and published.needle_points(lab) == []
+def test_c16_on_an_eight_slot_server_says_who_waited() -> None:
+    lvl = LevelResult(load_builtin("prose"), 16, slots=8)
+    lvl.batches.append(Batch(16, [RequestTiming(0.0, 0.2, 6.6, 256, 20) for _ in range(16)]))
+    data = lvl.to_dict()
+    assert data["queued"] == "8 of 16 requests wait for a slot (the server runs max_running_requests=8)"
+    (m1,) = data["published"]
+    assert m1["label"] == "M1" and m1["value"] == 134.2 and m1["ttft_s"] == 12.45
+    assert "MAX_RUNNING_REQUESTS=16" in m1["note"]
 
 
 def test_a_batch_with_a_failed_request_measures_nothing() -> None:
@@ -106,12 +137,12 @@ def test_a_batch_with_a_failed_request_measures_nothing() -> None:
     bad = Batch(
         2, [RequestTiming(0.0, 0.1, 1.0, 200, 9), RequestTiming(0.0, None, 0.2, 0, 0, "503 lost node_rank 2")]
     )
-    lvl = bench.LevelResult("coding", 2, [good, bad], published=100.0, max_tokens=200)
+    lvl = LevelResult(load_builtin("coding"), 2, [good, bad])
     assert not bad.ok and bad.errors == ["503 lost node_rank 2"]
     assert lvl.measured == [good]
     data = lvl.to_dict()
-    assert data["headline_tps"]["median"] == pytest.approx(400 / 2.1, rel=1e-3)
+    assert data["headline_tps"]["mean"] == pytest.approx(400 / 2.1, rel=1e-3)
     assert (data["measured_batches"], data["failed_batches"]) == (1, 1)
-    failed = bench.LevelResult("coding", 2, [bad], published=100.0)
-    assert failed.headline() is None and failed.ratio() is None
-    assert failed.to_dict()["headline_tps"] is None and failed.to_dict()["ttft_s"] is None
+    failed = LevelResult(load_builtin("coding"), 2, [bad])
+    assert failed.mean is None and failed.to_dict()["headline_tps"] is None
+    assert failed.to_dict()["ttft_s"] is None

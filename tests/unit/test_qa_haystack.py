@@ -61,13 +61,15 @@ def test_sizing_lands_within_tolerance_with_the_simulator_tokenizer() -> None:
     for words in (200, 800):
         fit.add(words, tok.count(haystack.build(words, label="calibration").prompt))
     for target in (4096, 29_491):
-        hs = haystack.build(fit.words_for(target), label=str(target))
+        hs = haystack.build(fit.words_for(target + haystack.AIM_ABOVE), label=str(target))
         assert haystack.within(target, tok.count(hs.prompt)), target
 
 
-def test_tolerance_and_ladder() -> None:
-    assert haystack.tolerance(1000) == 128
-    assert haystack.tolerance(299_102) == 2991
+def test_r4_size_window_and_ladder() -> None:
+    # R4's retrieval check: size − 64 ≤ prompt_tokens ≤ size + 768.
+    assert haystack.window(32_768) == (32_704, 33_536)
+    assert haystack.within(32_768, 32_704) and haystack.within(32_768, 33_536)
+    assert not haystack.within(32_768, 32_703) and not haystack.within(32_768, 33_537)
     assert haystack.ladder(1_000_000, [299_102, 32_870, 131_174]) == [32_870, 131_174, 299_102]
     assert haystack.ladder(1_048_576, [1_000_000]) == [1_000_000]
     # a published rung beyond the context is capped to what fits

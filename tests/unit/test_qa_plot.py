@@ -1,60 +1,75 @@
-"""The ladder plot: a readable PNG that says where the figures came from."""
+"""The plot: sparkctl's bars beside every published figure of the same workload, each labelled."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from sparkctl.qa import bench, plot
+from sparkctl.qa import plot
 from sparkctl.qa.bench import Batch, BenchReport, LevelResult, RequestTiming
+from sparkctl.qa.prefill import PrefillResult, plan
+from sparkctl.qa.workload import Workload, load_builtin
 
 
-def _report(simulator: bool, with_published: bool) -> BenchReport:
-    workloads = {name: bench.load_workload(name) for name in bench.WORKLOADS}
+def _report(simulator: bool, workloads: list[Workload] | None = None, prefill: bool = False) -> BenchReport:
+    workloads = workloads or [load_builtin("coding"), load_builtin("prose")]
     report = BenchReport(
         endpoint="http://127.0.0.1:1/v1",
         model="m",
         simulator=simulator,
         profile="lab",
-        published_source=None,
         started="now",
         workloads=workloads,
-        concurrency=[1, 4],
-        repeats=2,
+        concurrency=[1, 8, 16],
+        waves=2,
+        c1_samples=2,
+        warmup="short",
     )
-    for name in bench.WORKLOADS:
-        for c in (1, 4):
-            lvl = LevelResult(name, c, published=(50.0 * c if with_published else None))
+    for w in workloads:
+        for c in (1, 8, 16):
+            lvl = LevelResult(w, c)
             for rate in (40.0, 44.0):
-                lvl.batches.append(
-                    Batch(c, [RequestTiming(0.0, 0.2, 0.2 + 199 / rate, 200, 10) for _ in range(c)])
-                )
+                reqs = [
+                    RequestTiming(0.0, 0.2, 0.2 + (w.max_tokens - 1) / rate, w.max_tokens, 10)
+                    for _ in range(c)
+                ]
+                lvl.batches.append(Batch(c, reqs))
             report.levels.append(lvl)
+    if prefill:
+        result = PrefillResult(32_768, plan([4_096, 32_768, 65_536], 32_768))
+        for point, tokens in zip(result.points, (4_100, 31_700, 0), strict=True):
+            if not point.skipped:
+                point.timing = RequestTiming(0.0, tokens / 3_000, tokens / 3_000 + 0.1, 8, tokens)
+        report.prefill = result
     return report
 
 
-def _texts(fig) -> str:  # type: ignore[no-untyped-def]
-    return " ".join(t.get_text() for t in fig.findobj(lambda o: hasattr(o, "get_text")))
-
-
 def test_plot_writes_a_png(tmp_path: Path) -> None:
-    out = plot.plot_ladder(_report(simulator=True, with_published=True), tmp_path / "sub" / "ladder.png")
+    out = plot.plot_ladder(_report(simulator=True, prefill=True), tmp_path / "sub" / "ladder.png")
     data = out.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n")
-    width = int.from_bytes(data[16:20], "big")
-    assert width >= 1200  # two panels, readable
+    assert int.from_bytes(data[16:20], "big") >= 1800  # three panels, readable
 
 
-def test_simulator_and_published_are_labelled() -> None:
-    fig = plot.ladder_figure(_report(simulator=True, with_published=True))
-    text = _texts(fig)
-    assert "SIMULATOR" in fig.get_suptitle() and "simulator (median" in text and "published" in text
-    fig = plot.ladder_figure(_report(simulator=False, with_published=False))
-    assert "SIMULATOR" not in fig.get_suptitle()
-    assert "no published figures" in fig.get_suptitle()
-    assert "measured (median" in _texts(fig)
+def test_every_published_bar_is_labelled_with_its_source() -> None:
+    fig = plot.ladder_figure(_report(simulator=True, prefill=True))
+    text = plot.labels(fig)
+    for label in ("R4 suite 1 (published)", "R4 suite 2 (published)", "M1 (published)"):
+        assert label in text
+    assert "sparkctl · simulator (mean" in text and "SIMULATOR" in fig.get_suptitle()
+    assert "82.7" in text and "134.2" in text and "3768.0" in text  # R4 C1, M1 C16, M1 32K prefill
+    assert "(clamped)" in text  # the 32K point was asked at the served context's limit
+    assert "rhys101" in text and "MiaAI-Lab" in text  # the sources, cited on the figure
+
+
+def test_real_hardware_and_unmatched_workloads_say_so() -> None:
+    odd = Workload("community", "coding", 150, ("x",), "0" * 64)
+    fig = plot.ladder_figure(_report(simulator=False, workloads=[odd]))
+    text = plot.labels(fig)
+    assert "SIMULATOR" not in fig.get_suptitle() and "sparkctl · measured (mean" in text
+    assert "no published figure matches" in fig.get_suptitle() and "(published)" not in text
 
 
 def test_a_failed_level_is_drawn_as_failed() -> None:
-    report = _report(simulator=True, with_published=False)
+    report = _report(simulator=True)
     report.levels[0].batches = [Batch(1, [RequestTiming(0.0, None, 0.1, 0, 0, "503")])]
-    assert "failed" in _texts(plot.ladder_figure(report))
+    assert "failed" in plot.labels(plot.ladder_figure(report))

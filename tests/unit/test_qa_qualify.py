@@ -9,29 +9,19 @@ from sparkctl.qa import haystack, qualify
 from sparkctl.qa.endpoint import Endpoint
 
 
-@pytest.mark.parametrize(
-    ("text", "n", "expected"),
-    [
-        ("There are 3 shapes.", 3, True),
-        ("I count three shapes: red, blue, yellow.", 3, True),
-        ("Image 1: 384x128 PNG with shapes", 3, False),  # a 3 inside a number is not a count
-        ("4 images", 4, True),
-        ("Four images in total", 4, True),
-        ("fourteen", 4, False),
-        ("version 3.5", 3, False),
-    ],
-)
-def test_mentions_count(text: str, n: int, expected: bool) -> None:
-    assert qualify.mentions_count(text, n) is expected
+def test_full_suite_runs_the_acceptance_list_before_and_after_the_long_request() -> None:
+    full = qualify.SUITES["full"]
+    acceptance = ["text", "arithmetic", "image-one", "image-four", "json", "tool"]
+    assert list(full) == [*acceptance, "needle", *(f"{n}-after" for n in acceptance), "determinism"]
+    assert qualify._phase("text", full) == "before" and qualify._phase("tool-after", full) == "after"
+    assert qualify._phase("text", qualify.SUITES["quick"]) is None  # no long request, no phases
+    assert qualify._function("json-after") is qualify.check_json
 
 
-def test_mentions_in_order() -> None:
-    assert qualify.mentions_in_order(
-        "A red square, then a Blue circle and a yellow one.", ["red", "blue", "yellow"]
-    )
-    assert not qualify.mentions_in_order("blue, red, yellow", ["red", "blue", "yellow"])
-    assert not qualify.mentions_in_order("reddish and blue", ["red", "blue"])  # whole words only
-    assert qualify.mentions_in_order("red red blue", ["red", "red", "blue"])
+def test_the_text_check_is_exact() -> None:
+    # R4's acceptance: "What is 17 times 19? Return only the integer." → content.strip() == "323".
+    assert qualify.TEXT_PROMPT == "What is 17 times 19? Return only the integer."
+    assert qualify.TEXT_EXPECTED == "323" and qualify.JSON_EXPECTED == {"answer": 42}
 
 
 def test_records_parse_with_or_without_fences() -> None:
@@ -55,8 +45,9 @@ def test_needle_evidence_is_regenerable_not_stored() -> None:
 
 
 def test_suites() -> None:
-    assert qualify.SUITES["quick"] == ("plain", "arithmetic", "json", "determinism")
-    assert set(qualify.SUITES["full"]) == set(qualify.CHECKS) == set(qualify.CHECK_FUNCTIONS)
+    assert qualify.SUITES["quick"] == ("text", "arithmetic", "json", "determinism")
+    assert set(qualify.SUITES["full"]) == set(qualify.CHECKS)
+    assert {n.removesuffix(qualify.AFTER) for n in qualify.CHECKS} == set(qualify.CHECK_FUNCTIONS)
     assert len(qualify.ARITHMETIC) == 8 == len({a * b for a, b in qualify.ARITHMETIC})
 
 

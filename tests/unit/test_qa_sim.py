@@ -6,6 +6,7 @@ the simulator's environment knobs, waits for ``/ready``, and talks to it only ov
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -146,21 +147,25 @@ def test_full_suite_passes_and_keeps_evidence(start_sim: Callable[..., Sim], tmp
 
 @pytest.mark.parametrize(
     ("fault", "check"),
-    [("wrong-arithmetic", "arithmetic"), ("unstable-output", "determinism"), ("bad-json", "json")],
+    [
+        ("wrong-arithmetic", ["text", "arithmetic"]),  # R4's text check is 17 × 19 → "323"
+        ("unstable-output", ["determinism"]),
+        ("bad-json", ["json"]),
+    ],
 )
 def test_a_broken_behaviour_fails_the_named_check(
-    start_sim: Callable[..., Sim], tmp_path: Path, fault: str, check: str
+    start_sim: Callable[..., Sim], tmp_path: Path, fault: str, check: list[str]
 ) -> None:
     sim = start_sim(SPARKCTL_SIM_FAULT=fault)
     report = qualify.qualify_endpoint(discover(sim.root, api_key=API_KEY), "quick", tmp_path / fault)
     assert not report.passed
-    assert report.failed == [check]
+    assert report.failed == check
 
 
 def test_garbage_under_batching_fails_arithmetic(start_sim: Callable[..., Sim], tmp_path: Path) -> None:
     sim = start_sim(SPARKCTL_SIM_FAULT="garbage-at-batch")
     report = qualify.qualify_endpoint(
-        discover(sim.root, api_key=API_KEY), "quick", tmp_path / "g", checks=["plain", "arithmetic"]
+        discover(sim.root, api_key=API_KEY), "quick", tmp_path / "g", checks=["text", "arithmetic"]
     )
     assert report.failed == ["arithmetic"]  # one request at a time is fine; eight at once are not
 
@@ -172,8 +177,8 @@ def test_four_ranks_on_loopback_then_a_dead_worker(start_sim: Callable[..., Sim]
     sim.procs[1].kill()  # rank 2 (workers were started 1, 2, 3, then rank 0)
     sim.procs[1].wait()
     time.sleep(6)  # the simulator notices a lost peer within 5 s
-    report = qualify.qualify_endpoint(endpoint, "quick", tmp_path / "dead", checks=["plain", "arithmetic"])
-    assert report.failed == ["plain", "arithmetic"]
+    report = qualify.qualify_endpoint(endpoint, "quick", tmp_path / "dead", checks=["text", "arithmetic"])
+    assert report.failed == ["text", "arithmetic"]
     assert all("error" in c.detail for c in report.checks)
 
 
@@ -189,36 +194,54 @@ def test_bench_recovers_the_configured_token_rate(start_sim: Callable[..., Sim])
     rate = 120.0
     sim = start_sim(SPARKCTL_SIM_TOKEN_RATE=str(rate), SPARKCTL_SIM_TTFT_S="0.05")
     report = bench.run_bench(
-        discover(sim.root, api_key=API_KEY), workloads=["coding"], concurrency=[1], repeats=2, warmup=True
-    )
+        discover(sim.root, api_key=API_KEY), workloads=["coding"], concurrency=[1], waves=1, c1_samples=2,
+        warmup="short",
+    )  # fmt: skip
     assert report.simulator and not report.errors
     (level,) = report.levels
+    assert len(level.batches) == 2 and level.excluded == 1  # C1 samples beyond the waves, warm-up excluded
     assert all(r.completion_tokens == 200 for b in level.batches for r in b.requests)
-    measured = level.headline()["median"]
-    assert measured == pytest.approx(rate, rel=0.05), measured
+    assert level.mean == pytest.approx(rate, rel=0.05), level.samples
 
 
-def test_bench_ladder_shape(start_sim: Callable[..., Sim], tmp_path: Path) -> None:
-    sim = start_sim(SPARKCTL_SIM_TOKEN_RATE="60")  # slow enough that a busy CPU is not the bottleneck
+def test_bench_ladder_definitions_c16_and_prefill(start_sim: Callable[..., Sim], tmp_path: Path) -> None:
+    # 8 slots, as the profiles serve; a slow prefill so TTFT is large enough to separate the definitions.
+    sim = start_sim(
+        SPARKCTL_SIM_TOKEN_RATE="100", SPARKCTL_SIM_PREFILL_RATE="20000", SPARKCTL_SIM_TTFT_S="0.3"
+    )
     report = bench.run_bench(
         discover(sim.root, api_key=API_KEY),
-        workloads=["coding"],
-        concurrency=[1, 4],
-        repeats=1,
-        figures={"coding": {1: 82.73, 4: 211.81}},
-        warmup=False,
+        workloads=["prose"],
+        concurrency=[1, 16],
+        waves=1,
+        warmup="none",
+        prefill_sizes=[4096, 65_536],
     )
-    assert not report.errors
-    c1, c4 = report.levels
-    assert (c1.concurrency, c4.concurrency) == (1, 4)
-    assert len(c4.batches[0].requests) == 4
-    # four streams at once deliver well over twice the tokens per second of one
-    assert c4.headline()["median"] > 2 * c1.headline()["median"]
+    assert not report.errors, report.errors
+    c1, c16 = report.levels
+    assert c1.definition == "post-first-token" and len(c1.batches) == 1
+    assert len(c16.batches[0].requests) == 16
+    assert c16.definition == "post-first-token"
+    # Half of C16 waits for a slot: its TTFT includes a whole decode, and the batch aggregate reads low.
+    ttft = c16.to_dict()["ttft_s"]
+    assert ttft["max"] > 2.0 > 0.5 > ttft["min"]
+    batch = c16.batches[0]
+    assert batch.post_first_token_tps > batch.aggregate_tps
     data = json.loads(bench.write_report(report, tmp_path).read_text())
     assert data["simulator"] is True and data["server_info"]["simulator"] is True
-    assert data["workloads"]["coding"]["sha256"] == bench.load_workload("coding").sha256
-    assert data["levels"][1]["published_tps"] == 211.81
-    assert set(data["levels"][1]["ttft_s"]) == {"p50", "p90", "p99"}
+    assert data["workloads"]["prose"]["sha256"] == bench.load_builtin("prose").sha256
+    level = data["levels"][1]
+    assert level["workload_sha256"] == data["workloads"]["prose"]["sha256"]
+    assert level["definition"] == "post-first-token" and level["queued"].startswith("8 of 16")
+    assert [p["label"] for p in level["published"]] == ["M1"]
+    assert set(level["headline_tps"]) == {"mean", "min", "median", "max", "n", "samples"}
+    sweep = data["prefill"]
+    assert sweep["served_context_length"] == CONTEXT
+    small, big = sweep["points"]
+    assert small["size"] == "4K" and small["clamped"] is None and small["published"][0]["size"] == "4K"
+    assert abs(small["prompt_tokens"] - 4096) < 200
+    assert big["clamped"] == f"clamped from 65,536 to {CONTEXT - 1024:,} tokens (served context {CONTEXT:,})"
+    assert big["prefill_tps"]["mean"] > 0 and big["ttft_s"] > (CONTEXT - 1024) / 20_000
 
 
 # ----------------------------------------------------------------------------------------------- CLI
@@ -292,11 +315,11 @@ def test_cli_qualify_and_bench(
 
     plot = tmp_path / "ladder.png"
     res = run_cli(
-        "bench", "--concurrency", "1,4", "--workload", "coding", "--repeats", "1", "--no-warmup",
-        "--plot", str(plot), "--results", str(results),
+        "bench", "--concurrency", "1,4", "--workload", "coding", "--repeats", "1", "--c1-samples", "1",
+        "--no-warmup", "--prefill", "none", "--plot", str(plot), "--results", str(results),
     )  # fmt: skip
     assert res.code == 0, res.out + res.err
-    assert "simulator" in res.out and "211.81" in res.out
+    assert "simulator" in res.out and "211.81" in res.out and "R4 suite 1" in res.out
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert len(list(results.glob("bench-*/bench.json"))) == 1
 
@@ -316,7 +339,28 @@ def test_cli_qualify_exits_1_naming_the_failed_check(
     monkeypatch.setattr(cli_qa, "_guard", _no_guard())
     res = run_cli("qualify", "--suite", "full", "--results", str(tmp_path))
     assert res.code == 1, res.out + res.err
-    assert "failed: arithmetic\n" in res.out, res.out
+    assert "failed: text, arithmetic, text-after, arithmetic-after\n" in res.out, res.out
     if not load_profile("lab").args.get("--enable-multimodal"):
         assert "skipped: profile lab does not set --enable-multimodal" in res.out
     assert "simulator" in res.out
+
+
+def test_the_simulator_prefills_one_request_at_a_time(start_sim: Callable[..., Sim]) -> None:
+    # One engine: prompts arriving together queue for the prefill, so TTFT grows with concurrency.
+    sim = start_sim(SPARKCTL_SIM_PREFILL_RATE="4000", SPARKCTL_SIM_TTFT_S="0")
+    endpoint = discover(sim.root, api_key=API_KEY)
+    prompt = " ".join(["word"] * 1200)  # ~0.3 s of prefill each
+
+    async def four() -> bench.Batch:
+        client = endpoint.async_client()
+        try:
+            return await bench.run_batch(client, endpoint.model, [f"[{i}] {prompt}" for i in range(4)], 4)
+        finally:
+            await client.close()
+
+    batch = asyncio.run(four())
+    assert batch.ok, batch.errors
+    ttfts = sorted(r.ttft for r in batch.requests)
+    one = batch.requests[0].prompt_tokens / 4000
+    assert ttfts[0] == pytest.approx(one, rel=0.5)
+    assert ttfts[-1] == pytest.approx(4 * one, rel=0.25), ttfts

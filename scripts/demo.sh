@@ -74,7 +74,7 @@ prometheus --config.file="$out/prometheus.yml" --storage.tsdb.path="$out/prometh
 prom_pid=$!
 trap 'kill "$prom_pid" 2>/dev/null' EXIT
 step qualify        sparkctl -i "$inv" qualify --suite full --results "$out/qualify"
-step bench          sparkctl -i "$inv" bench --concurrency 1,4,8 --repeats 2 --plot "$out/ladder.png" --results "$out/bench"
+step bench          sparkctl -i "$inv" bench --quick --concurrency 1,4,8 --plot "$out/ladder.png" --results "$out/bench"
 step prometheus     python3 scripts/prometheus_check.py "http://127.0.0.1:$prom_port" --targets 5
 kill "$prom_pid" 2>/dev/null; wait "$prom_pid" 2>/dev/null
 step down           sparkctl -i "$inv" down

@@ -54,6 +54,11 @@ def _guard(cluster: Cluster) -> Iterator[MemoryGuard]:
 def _guard_report(guard: MemoryGuard, out_dir: Path | None) -> dict[str, Any]:
     guard.record_dir = out_dir
     summary = guard.summary()
+    r4 = summary.get("r4_published_lowest_gib")
+    lowest = summary.get("lowest_mem_available_gib") or {}
+    if r4 is not None and lowest:
+        # Each node's lowest MemAvailable against R4's validation receipt (19.52 GiB), in GiB.
+        summary["vs_r4_receipt_gib"] = {node: round(gib - r4, 2) for node, gib in lowest.items()}
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "memory-guard.json").write_text(json.dumps(summary, indent=2) + "\n")

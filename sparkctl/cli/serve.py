@@ -23,6 +23,7 @@ import sys
 import tarfile
 import threading
 import time
+from enum import StrEnum
 from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated, Any
@@ -56,6 +57,8 @@ from sparkctl.serve.events import (
     supervisor_notes,
 )
 from sparkctl.serve.guard import R4_MIN_MEM_AVAILABLE_GIB, MemoryGuard, abort_ranks
+from sparkctl.serve.thermals import CRIT
+from sparkctl.serve.thermals import gpu_text as gpu_cell
 from sparkctl.ssh import fleet as remote
 
 # --- seams the CLI tests replace ------------------------------------------------------------------
@@ -161,9 +164,7 @@ def status_table(snap: verdict.Snapshot) -> Table:
         up_s = f.unit.get("up_s")
         if state == "active" and up_s is not None:
             unit += f" {int(up_s)}s"
-        gpu = f.data.get("gpu") or {}
-        gpu_text = (f"{gpu.get('temp_c'):.0f}°C {gpu.get('sm_mhz'):.0f} MHz"
-                    if gpu.get("temp_c") is not None and gpu.get("sm_mhz") is not None else "–")
+        gpu_text = gpu_cell(f)
         links = []
         for dev, link in (f.data.get("links") or {}).items():
             if not link.get("present"):
@@ -190,17 +191,41 @@ def render_status(snap: verdict.Snapshot) -> Any:
     lines.append(verdict)
     for reason in snap.reasons:
         lines.append(Text(f"  • {reason}"))
+    for w in snap.warnings:
+        color = "red" if w.level == CRIT else "yellow"
+        lines.append(Text.from_markup(f"  [{color}]![/{color}] ") + Text(w.describe()))
     return Group(*lines)
+
+
+class StatusFormat(StrEnum):
+    table = "table"
+    json = "json"
+    prometheus = "prometheus"
 
 
 def status(
     ctx: typer.Context,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Redraw every 2 s until Ctrl-C.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
+    fmt: Annotated[
+        StatusFormat | None,
+        typer.Option("--format", help="table, json (as --json) or prometheus (text exposition for "
+                                      "node_exporter's textfile collector)."),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="With --format prometheus: write this file atomically "
+                                            "(e.g. <textfile dir>/sparkctl.prom) instead of stdout."),
+    ] = None,
 ) -> None:
-    """Where every rank stands: reachable, unit, memory, GPU, fabric, shards; rank 0's API. Exit 0 when ready, 3 otherwise."""  # noqa: E501
+    """Where every rank stands: reachable, unit, memory, GPU, fabric, shards; rank 0's API; hot or throttled GPUs. Exit 0 when ready, 3 otherwise."""  # noqa: E501
+    if output is not None and fmt != StatusFormat.prometheus:
+        raise InputError("--output: only with --format prometheus")
+    prometheus = fmt == StatusFormat.prometheus
+    if prometheus and (watch or as_json):
+        raise InputError("--format prometheus: not with --watch or --json (one snapshot, text exposition)")
     cluster, doc = _load(ctx)
-    as_json = as_json or ctx.obj.json
+    as_json = (as_json or ctx.obj.json or fmt == StatusFormat.json) and not prometheus
     try:
         api_key = _api_key(cluster)
     except SparkctlError:
@@ -219,6 +244,8 @@ def status(
                         live.update(render_status(snap))
                 except KeyboardInterrupt:
                     pass
+        elif prometheus:
+            _write_prometheus(cluster, snap, output)
         elif as_json:
             ui.print_json({"cluster": cluster.name, **snap.as_dict()})
         else:
@@ -228,6 +255,20 @@ def status(
         http.close()
     if snap.verdict != verdict.READY:
         raise typer.Exit(EXIT_UNHEALTHY)
+
+
+def _write_prometheus(cluster: Any, snap: verdict.Snapshot, output: Path | None) -> None:
+    # Imported here, not at the top: prometheus_client adds about 50 ms to every start of sparkctl.
+    from sparkctl.serve import status_metrics
+
+    if output is None:
+        sys.stdout.write(status_metrics.exposition(cluster, snap))
+        sys.stdout.flush()
+        return
+    try:
+        status_metrics.write_textfile(output, cluster, snap)
+    except OSError as exc:
+        raise SparkctlError(f"--output {output}: {exc.strerror or exc}") from exc
 
 
 # --- up -------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType, SimpleNamespace
 from typing import Annotated, Any
@@ -128,6 +129,11 @@ def install(cluster: Any) -> Path:
 # --- the supervisor's hands: `down` and `up` themselves ---------------------------------------
 
 
+def _sleep(seconds: float) -> None:
+    """Between two probes (a seam the CLI tests replace)."""
+    time.sleep(seconds)
+
+
 def _as_command(ctx: typer.Context) -> Any:
     """A context for calling the `up` and `down` commands in this process (human output, no JSON)."""
     obj = State(inventory=ctx.obj.inventory_dir(), json=False, verbose=ctx.obj.verbose)
@@ -153,6 +159,7 @@ def _actions(ctx: typer.Context, cluster: Any, doc: dict[str, Any], fleet: Any, 
         stop=stop,
         start=start,
         notify=lambda record: supervisor.notify(cluster.supervisor, record, cluster.name, http),
+        sleep=lambda seconds: _sleep(seconds),
     )
 
 

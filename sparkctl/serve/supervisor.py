@@ -190,7 +190,7 @@ class Brain:
                    f"{' on ' + d.node if d.node else ''}: {d.evidence}")
             self.breaker.open_since, self.breaker.why = now, why
             self._last = None
-            return Decision("breaker-open", why, OPEN, d.node)
+            return Decision(d.kind, d.evidence, OPEN, d.node)
         self.breaker.restarts.append(now)
         self.canary_misses, self._last = 0, None
         return d
@@ -361,7 +361,7 @@ class Supervisor:
 
     def _open_breaker(self, d: Decision) -> None:
         events.save_breaker(self.name, self.brain.breaker)
-        self._tell(self.event("breaker-open", d.evidence, "stay-down", d.node))
+        self._tell(self.event("breaker-open", self.brain.breaker.why or d.evidence, "stay-down", d.node))
         t0 = self.act.clock()
         try:
             with events.lifecycle(self.name, "sparkctl watch (breaker open)", wait=True):

@@ -167,8 +167,8 @@ def test_the_breaker_opens_on_the_restart_past_max_within_the_window() -> None:
     assert b.decide(exited, 0).action == RESTART
     assert b.decide(exited, 30).action == RESTART
     d = b.decide(exited, 60)
-    assert d.action == OPEN and b.breaker.is_open and b.breaker.open_since == 60
-    assert "2 restarts within 100 s, then unit-exited on spark-2" in d.evidence
+    assert (d.kind, d.action) == ("unit-exited", OPEN) and b.breaker.is_open and b.breaker.open_since == 60
+    assert "2 restarts within 100 s, then unit-exited on spark-2: rank 2 unit failed" in (b.breaker.why or "")
     # Open: nothing else happens, whatever the nodes say.
     assert b.decide(obs(units=dict.fromkeys(NODES, "failed")), 61).action == NONE
 

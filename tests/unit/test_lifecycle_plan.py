@@ -1,0 +1,133 @@
+"""The lifecycle plans and playbooks: upgrade refuses an inventory that pins nothing, reset carries
+--purge-data, the rolling play walks one node at a time and stops at the first failure, and reset
+takes the firewall table only after the services and before the netplan file, under a revert."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from sparkctl.ansible import plan as planning
+from sparkctl.errors import InputError
+from sparkctl.model import load_inventory
+from sparkctl.model.cluster import Upgrade
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _play(playbook: str, name_part: str) -> dict[str, Any]:
+    plays = yaml.safe_load((REPO / "playbooks" / playbook).read_text())
+    return next(p for p in plays if name_part in p.get("name", ""))
+
+
+def _task_names(path: str) -> list[str]:
+    return [t["name"] for t in yaml.safe_load((REPO / path).read_text())]
+
+
+def test_upgrade_plan_refuses_an_inventory_without_pins(example_copy: Path) -> None:
+    cluster = load_inventory(example_copy)
+    assert cluster.upgrade is None
+    with pytest.raises(InputError, match="sparkctl_upgrade is not set"):
+        planning.for_upgrade(cluster)
+
+
+def test_upgrade_plan_check_mode_shows_the_diff(example_copy: Path) -> None:
+    gv = example_copy / "group_vars" / "all" / "sparkctl.yml"
+    gv.write_text(gv.read_text() + "\nsparkctl_upgrade:\n  packages: {chrony: 4.5-1}\n  reboot: false\n")
+    cluster = load_inventory(example_copy)
+    assert cluster.upgrade is not None and cluster.upgrade.packages == {"chrony": "4.5-1"}
+    plan = planning.for_upgrade(cluster, check=True)
+    assert (plan.playbook, plan.check, plan.diff, plan.extravars) == ("upgrade.yml", True, True, {})
+    assert plan.argv()[-2:] == ["--check", "--diff"]
+
+
+def test_reset_plan_carries_purge_data(example_copy: Path) -> None:
+    cluster = load_inventory(example_copy)
+    assert planning.for_reset(cluster).extravars == {"spark_reset_purge_data": False}
+    plan = planning.for_reset(cluster, purge_data=True, check=True)
+    assert (plan.playbook, plan.check) == ("reset.yml", True)
+    assert plan.extravars == {"spark_reset_purge_data": True}
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ({"packages": {"nvidia-driver-580-open": "580.*"}}, "not an exact version"),
+    ({"packages": {"Bad_Name": "1.0"}}, "not a Debian package name"),
+    ({"debs": ["/srv/fw/bundle.tar"]}, "not a .deb file"),
+    ({"commands": [["fwupdmgr", "update"]]}, "absolute path"),
+    ({"reboot_timeout_s": 5}, "greater than or equal to 30"),
+])
+def test_upgrade_section_refuses(value: dict[str, Any], says: str) -> None:
+    with pytest.raises(ValidationError, match=says):
+        Upgrade.model_validate(value)
+
+
+def test_upgrade_section_empty_means_nothing_to_apply() -> None:
+    assert Upgrade.model_validate({"reboot": False}).empty
+    assert not Upgrade.model_validate({}).empty  # a reboot alone is an upgrade (e.g. a new kernel staged)
+
+
+def test_the_rolling_play_takes_one_node_at_a_time_and_stops_at_the_first_failure() -> None:
+    play = _play("upgrade.yml", "one node at a time")
+    assert play["serial"] == 1
+    assert play["max_fail_percentage"] == 0
+    assert play["order"] == "sorted"
+    roles = [t["ansible.builtin.include_role"] for t in play["tasks"] if "ansible.builtin.include_role" in t]
+    assert [r["name"] for r in roles] == ["spark_upgrade", "spark_preflight", "spark_upgrade"]
+    assert roles[2]["tasks_from"] == "verify.yml"
+    down = _play("upgrade.yml", "group down")
+    assert down.get("serial") is None and down["any_errors_fatal"] is True
+    # the whole group agrees at the end
+    final = _play("upgrade.yml", "agree again")
+    assert final["roles"] == [{"role": "spark_preflight"}]
+
+
+def test_the_first_preflight_of_upgrade_does_not_compare_identities() -> None:
+    # A resumed upgrade starts with nodes at two levels: only the per-node and final checks compare.
+    first = yaml.safe_load((REPO / "playbooks" / "upgrade.yml").read_text())[0]
+    assert first["ansible.builtin.import_playbook"] == "preflight.yml"
+    assert first["vars"] == {"spark_preflight_identity": False}
+
+
+def test_upgrade_role_is_honest_in_check_mode() -> None:
+    tasks = yaml.safe_load((REPO / "roles/spark_upgrade/tasks/main.yml").read_text())
+    by_name = {t["name"]: t for t in tasks}
+    assert by_name["Run the firmware and driver commands"]["when"] == "not ansible_check_mode"
+    assert "not ansible_check_mode" in by_name["Reboot the node and wait for SSH"]["when"]
+    assert by_name["Report the reboot a real run would do (check mode)"]["changed_when"] is True
+    # readers run for real in check mode (they change nothing), so the report says what would move
+    assert by_name["Read the installed versions of the pinned packages"]["check_mode"] is False
+
+
+def test_reset_order_services_then_firewall_then_netplan_then_files() -> None:
+    names = _task_names("roles/spark_reset/tasks/main.yml")
+
+    def at(part: str) -> int:
+        return next(i for i, n in enumerate(names) if part in n)
+
+    assert at("Stop and disable the sparkctl units") < at("Disable the firewall loader")
+    assert at("Disable the firewall loader") < at("Delete the sparkctl table")
+    assert at("Delete the sparkctl table") < at("Prove a new SSH connection")
+    assert at("Prove a new SSH connection") < at("Remove the fabric netplan")
+    assert at("Remove the fabric netplan") < at("Remove the rendered files")
+    assert at("Remove the rendered files") < at("Remove sparkctl's revert state")
+    netplan = _task_names("roles/spark_reset/tasks/netplan.yml")
+    block = next(t for t in yaml.safe_load((REPO / "roles/spark_reset/tasks/netplan.yml").read_text())
+                 if "block" in t)
+    inner = [t["name"] for t in block["block"]]
+    assert inner.index("Arm the revert on the node") < inner.index("Remove the netplan file")
+    assert inner.index("Connect again on the management address") < inner.index("Disarm the revert")
+    assert "rescue" in block and netplan
+
+
+def test_reset_keeps_ssh_and_data_by_default() -> None:
+    defaults = yaml.safe_load((REPO / "roles/spark_reset/defaults/main.yml").read_text())
+    assert defaults["spark_reset_purge_data"] is False
+    kept = ("/etc/ssh", "/root", "/home", "/etc/sudoers.d", "/etc/netplan", "/mnt")
+    for path in defaults["spark_reset_dirs"] + defaults["spark_reset_files"]:
+        assert not path.startswith(kept), path
+    # only marked blocks leave shared SSH files, never the files themselves
+    assert {b["path"] for b in defaults["spark_reset_blocks"]} == {"/etc/hosts", "/etc/ssh/ssh_known_hosts"}

@@ -67,18 +67,31 @@ def provision(
         typer.Option("--tags", help=f"Only these parts: {', '.join(planning.PROVISION_TAGS)} (repeatable).",
                      autocompletion=complete_tags),
     ] = None,
+    full: Annotated[
+        bool,
+        typer.Option("--full", help="Run every role, even where the node's record says nothing changed."),
+    ] = False,
 ) -> None:
-    """Configure the nodes and the switch: base system, fabric, RoCE QoS, runtime, firewall (idempotent)."""
+    """Configure the nodes and the switch: base system, fabric, RoCE QoS, runtime, firewall (idempotent).
+
+    A role whose inputs and on-node state match what the node recorded when the role last ran is
+    skipped after one read per node; a file edited by hand or a changed inventory runs it again.
+    """
     cluster = _cluster(ctx)
-    plan = planning.for_provision(cluster, check=check, diff=diff, limit=limit, tags=tags or [])
+    plan = planning.for_provision(cluster, check=check, diff=diff, limit=limit, tags=tags or [], full=full)
     verb = "provision (check mode)" if check else "provision"
     result = run_with_table(ctx, plan, f"{verb} · {cluster.name}", _hosts(cluster, plan.limit))
+    applied = results.per_host(result, results.APPLIED)
     if ctx.obj.json:
-        ui.print_json(result.as_dict())
+        doc = result.as_dict()
+        doc["applied"] = applied
+        ui.print_json(doc)
     elif result.ok:
         changed = result.changed_total
         what = "would change" if check else "changed"
         ui.console.print(f"{ui.OK} {verb}: {len(result.stats)} hosts ok, {changed} {what}")
+        for line in applied_lines(applied):
+            ui.console.print(f"[dim]{line}[/dim]")
     if not result.ok:
         raise SparkctlError(
             f"{verb} failed on {', '.join(result.failed_hosts) or 'the controller'}",
@@ -86,6 +99,24 @@ def provision(
             exit_code=EXIT_FAILED,
             details=[str(f) for f in result.failures[:12]],
         )
+
+
+def applied_lines(applied: dict[str, Any]) -> list[str]:
+    """What spark_applied decided: how many roles were up to date, and each one that ran with why."""
+    due: list[str] = []
+    fresh = total = 0
+    for host in sorted(applied):
+        roles = applied[host] if isinstance(applied[host], dict) else {}
+        for role, verdict in roles.items():
+            total += 1
+            if not verdict.get("run"):
+                fresh += 1
+                continue
+            reasons = verdict.get("reasons") or []
+            due.append(f"  {role} on {host}: {'; '.join(reasons[:3])}" + ("; …" if len(reasons) > 3 else ""))
+    if not total:
+        return []
+    return [f"up to date (skipped after one read per node): {fresh} of {total} role runs", *due]
 
 
 def _hint(result: runner.RunResult) -> str:

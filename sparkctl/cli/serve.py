@@ -36,7 +36,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkctl import __version__, ui
-from sparkctl.ansible import runner
+from sparkctl.ansible import content, runner
 from sparkctl.ansible.plan import Plan, for_down, for_up
 from sparkctl.ansible.runner import RunnerEvent, RunResult
 from sparkctl.cli.cluster import cluster_summary
@@ -45,7 +45,8 @@ from sparkctl.errors import EXIT_FAILED, EXIT_UNHEALTHY, InputError, SparkctlErr
 from sparkctl.model import load_inventory
 from sparkctl.qa.qualify import run_qualify
 from sparkctl.render import plan_document
-from sparkctl.serve import bootwatch, preflight, probe, redact, verdict
+from sparkctl.render.kit import kit_facts
+from sparkctl.serve import bootwatch, fastup, preflight, probe, redact, verdict
 from sparkctl.serve.events import (
     Event,
     EventLog,
@@ -60,6 +61,7 @@ from sparkctl.serve.guard import R4_MIN_MEM_AVAILABLE_GIB, MemoryGuard, abort_ra
 from sparkctl.serve.thermals import CRIT
 from sparkctl.serve.thermals import gpu_text as gpu_cell
 from sparkctl.ssh import fleet as remote
+from sparkctl.stage import kit as stage_kit
 
 # --- seams the CLI tests replace ------------------------------------------------------------------
 
@@ -308,10 +310,17 @@ def up(
         bool,
         typer.Option("--yes", "-y", help="Replace running ranks without asking (needed without a terminal)."),
     ] = False,
+    full: Annotated[
+        bool,
+        typer.Option("--full", help="Always run the up playbook (install, kit and image checks), even when "
+                                    "every node already holds what it would install."),
+    ] = False,
 ) -> None:
     """Start the four ranks in order and wait until they serve (preflight, gates, memory guard).
 
-    Ranks that already run are stopped and started again only after a yes (or with --yes)."""
+    Ranks that already run are stopped and started again only after a yes (or with --yes). When every
+    node's unit, environment, secrets and kit files, staged kit and image already match, the units are
+    started over SSH without the playbook (the output says which path ran and why; --full forces it)."""
     cluster, doc = _load(ctx)
     verbose = ctx.obj.verbose
     as_json = ctx.obj.json
@@ -352,6 +361,8 @@ def up(
                 details=[f"{c.node}: {c.name}: {c.detail}" for c in failed],
             )
         say(f"{ui.OK} preflight: {len(checks)} checks passed on {len(cluster.nodes)} nodes")
+        fast = _fast_check(cluster, doc, fleet, full, say)
+        timeline: dict[str, float] = {}
 
         # From here on a unit may have started: every way out but success stops all ranks again
         # (a failure, a gate, Ctrl-C, an error while recording) and says what it really stopped.
@@ -361,7 +372,8 @@ def up(
         guard = MemoryGuard(cluster, doc, guard_fleet, on_breach=lambda b: abort_ranks(doc, guard_fleet))
         guard.start()
         try:
-            state, run_dir = _start_and_watch(cluster, doc, fleet, http, api_key, verbose, as_json, say)
+            state, run_dir = _start_and_watch(cluster, doc, fleet, http, api_key, verbose, as_json, say,
+                                              fast, timeline, started)
             guard.record_dir = run_dir
             if guard.breach is not None:
                 raise bootwatch.GateFailure("memory guard", guard.breach.node, guard.breach.describe())
@@ -399,6 +411,7 @@ def up(
         if as_json:
             ui.print_json({"cluster": cluster.name, "result": "ready", "changed": True,
                            "seconds": round(seconds, 2), "boot_seconds": round(state.elapsed, 2),
+                           "start": fast.as_dict(), "timeline": timeline,
                            "min_mem_available": mins, "memory_guard": guard.summary(),
                            "records": str(run_dir)})
         else:
@@ -416,11 +429,63 @@ def _guard_fleet(cluster: Any) -> Any:
     return _fleet(cluster)
 
 
-def _start_and_watch(cluster: Any, doc: dict[str, Any], fleet: Any, http: Any, api_key: str | None,
-                     verbose: bool, as_json: bool, say: Any) -> tuple[bootwatch.BootState, Path]:
-    """Install and start the units (ranks 1..n, then 0), then watch the gates; raise on any failure."""
+def _kit_reference(cluster: Any) -> fastup.KitReference | str | None:
+    """The configured kit as spark_kit's verify reads it on the controller (fetched or read once,
+    cached in the state directory); None without a kit, a string saying why it cannot be had here."""
+    facts = kit_facts(cluster)
+    if facts is None:
+        return None
+    if facts["location"] != "controller":
+        return "the kit is kept on the head; the playbook reads it there"
     try:
-        _run_playbook(for_up(cluster), "installing and starting the rank units", verbose)
+        ref = stage_kit.prepare(
+            facts["source"], str(content.state_dir() / "kit"), url=facts.get("url"),
+            commit=facts.get("commit"), path=facts.get("path"), sha256=facts.get("sha256"),
+            manifest=facts.get("manifest") or "patches/manifest.json",
+            overlay_source=facts.get("overlay_source") or "patches/source",
+            overlays=list(facts.get("overlays") or []),
+        )
+    except (stage_kit.KitSourceError, OSError) as exc:
+        return str(exc)
+    return fastup.KitReference(str(facts["store"]), str(ref["version"]), ref["manifest"])
+
+
+def _fast_check(cluster: Any, doc: dict[str, Any], fleet: Any, full: bool, say: Any) -> fastup.FastCheck:
+    """Whether the installed units can start without the playbook; says which path runs and why."""
+    if full:
+        fast = fastup.FastCheck(["--full"])
+    else:
+        fast = fastup.check(cluster, doc, fleet, _kit_reference(cluster))
+    if fast.ok:
+        say(f"{ui.OK} nothing to install on {len(cluster.nodes)} nodes (unit, environment, secrets and kit "
+            f"files, kit, image checked in {fast.seconds:.1f} s): starting over SSH without the playbook")
+        return fast
+    shown = fast.reasons[:fastup.MAX_REASONS]
+    more = len(fast.reasons) - len(shown)
+    say(f"running playbooks/up.yml: {shown[0]}" if len(shown) == 1 else "running playbooks/up.yml:")
+    if len(shown) > 1:
+        for reason in shown:
+            say(f"  • {reason}")
+    if more:
+        say(f"  • and {more} more")
+    return fast
+
+
+def _start_and_watch(cluster: Any, doc: dict[str, Any], fleet: Any, http: Any, api_key: str | None,
+                     verbose: bool, as_json: bool, say: Any, fast: fastup.FastCheck | None = None,
+                     timeline: dict[str, float] | None = None,
+                     started: float | None = None) -> tuple[bootwatch.BootState, Path]:
+    """Start the units (ranks 1..n, then 0): over SSH when ``fast`` says nothing needs installing,
+    else install and start them with the playbook; then watch the gates; raise on any failure.
+    ``timeline`` gets seconds since ``started``: the last start returned, rank 0 /ready, done."""
+    marks = timeline if timeline is not None else {}
+    origin = started if started is not None else time.monotonic()
+    try:
+        if fast is not None and fast.ok:
+            fastup.start(cluster, doc, fleet)
+        else:
+            _run_playbook(for_up(cluster), "installing and starting the rank units", verbose)
+        marks["last_start_s"] = round(time.monotonic() - origin, 3)
     except SparkctlError as exc:
         failed_hosts = sorted({d.split(":", 1)[0] for d in exc.details} & set(fleet.targets))
         for host in failed_hosts[:2]:
@@ -432,12 +497,27 @@ def _start_and_watch(cluster: Any, doc: dict[str, Any], fleet: Any, http: Any, a
     run_dir = _new_run_dir("up")
     qualify = _qualify_fn(cluster, run_dir)
     watch = bootwatch.BootWatch(cluster, doc, fleet, http, api_key, record_dir=run_dir, qualify=qualify)
+    head = next(e["name"] for e in doc["nodes"] if int(e["rank"]) == 0)
+
+    def mark(s: bootwatch.BootState) -> None:
+        if "ready_s" not in marks and s.rows[head].phases["ready"] == bootwatch.OK:
+            marks["ready_s"] = round(time.monotonic() - origin, 3)
+
     try:
         if as_json:
-            return watch.run(), run_dir
-        with Live(phase_table(watch.state), console=ui.console, refresh_per_second=4) as live:
-            watch.on_update = lambda s: live.update(phase_table(s))
-            return watch.run(), run_dir
+            watch.on_update = mark
+            state = watch.run()
+        else:
+            with Live(phase_table(watch.state), console=ui.console, refresh_per_second=4) as live:
+
+                def show(s: bootwatch.BootState) -> None:
+                    mark(s)
+                    live.update(phase_table(s))
+
+                watch.on_update = show
+                state = watch.run()
+        marks["done_s"] = round(time.monotonic() - origin, 3)
+        return state, run_dir
     except bootwatch.GateFailure as exc:
         exc.record_dir = run_dir
         raise

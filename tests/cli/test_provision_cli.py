@@ -135,6 +135,33 @@ def test_provision_json(run_cli: Any, example_copy: Path, fake: FakeRunner) -> N
     assert doc["artifact_dir"] == "/tmp/fake-run/artifacts/ansible"
 
 
+def test_provision_full_asks_every_role_to_run(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+    res = run_cli("-i", str(example_copy), "provision", "--full")
+    assert res.code == EXIT_OK, res.err
+    (plan,) = fake.plans
+    assert plan.extravars == {"spark_applied_full": True}
+
+
+def test_provision_says_which_roles_were_up_to_date_and_why_others_ran(
+    run_cli: Any, example_copy: Path, fake: FakeRunner
+) -> None:
+    fresh = {"run": False, "reasons": []}
+    edited = "file /etc/sparkctl/firewall.nft: changed since it was applied"
+    fake.reported = {results.APPLIED: {
+        h: {"base": fresh, "fabric": fresh,
+            "firewall": {"run": True, "reasons": [edited]} if h == "spark-2" else fresh}
+        for h in NODES
+    }}
+    fake.changed = 1
+    res = run_cli("-i", str(example_copy), "provision")
+    assert res.code == EXIT_OK, res.err
+    assert "up to date (skipped after one read per node): 11 of 12 role runs" in res.out
+    flat = " ".join(res.out.split())
+    assert "firewall on spark-2: file /etc/sparkctl/firewall.nft: changed since it was applied" in flat
+    doc = json.loads(run_cli("-i", str(example_copy), "--json", "provision").out)
+    assert doc["applied"]["spark-2"]["firewall"]["run"] is True
+
+
 # --- check fabric ----------------------------------------------------------------------------------
 
 

@@ -121,7 +121,8 @@ def test_shipped_profiles_load() -> None:
         assert profile.memory_problems() == []
 
 
-# What sparkctl adds after the published flags: SGLang's Prometheus metrics on rank 0's /metrics.
+# What sparkctl adds after the published flags: SGLang's Prometheus metrics on rank 0's /metrics
+# (both), and M1's vision made explicit.
 SPARKCTL_ADDED = {
     "r4-nvme": [("--enable-metrics", [])],
     # M1's launcher names no multimodal flag (vision is SGLang's default there); sparkctl makes it explicit.
@@ -132,7 +133,8 @@ SPARKCTL_ADDED = {
 @pytest.mark.parametrize(("name", "published"), [("r4-nvme", R4_PUBLISHED), ("m1-1m", M1_PUBLISHED)])
 def test_profile_flags_match_the_published_launch(name: str, published: list[tuple[str, list[str]]]) -> None:
     rendered = split_flags(profile_words(name))
-    for (flag, values), (want_flag, want_values) in zip(rendered, published + SPARKCTL_ADDED[name], strict=True):
+    wanted = published + SPARKCTL_ADDED[name]
+    for (flag, values), (want_flag, want_values) in zip(rendered, wanted, strict=True):
         assert (flag, values) == (want_flag, want_values), f"{name}: {flag}"
 
 

@@ -125,13 +125,18 @@ def for_provision(
     diff: bool = False,
     limit: str | None = None,
     tags: tuple[str, ...] | list[str] = (),
+    full: bool = False,
 ) -> Plan:
-    """playbooks/provision.yml: preflight, switch, base, fabric, qos, runtime, exporter, firewall."""
+    """playbooks/provision.yml: preflight, switch, base, fabric, qos, runtime, exporter, firewall.
+
+    ``full`` runs every role even where spark_applied finds its inputs and on-node state unchanged.
+    """
     return _plan(cluster, playbook="provision.yml",
                 limit=_limit(cluster, limit),
         tags=_tags(tags),
         check=check,
         diff=diff,
+        extravars={"spark_applied_full": True} if full else {},
     )
 
 

@@ -19,6 +19,8 @@ KIT = "sparkctl_kit"
 # playbooks/stage.yml: per node the engine image {id, ref, source, made, received, bytes_moved, seconds,
 # rate_mib_s, loaded} (spark_image's spark_image_report; only {id} for --verify-only).
 IMAGE = "sparkctl_image"
+# playbooks/provision.yml: per node {role: {run, reasons}} (spark_applied: which roles were up to date).
+APPLIED = "sparkctl_applied"
 # playbooks/check_fabric.yml: per node the fabric probe (spark_fabric's sparkctl_fabric_probe result).
 FABRIC_PROBE = "sparkctl_fabric_probe"
 # playbooks/check_fabric.yml: per switch the "PORT MTU" lines it read (Linux switch; empty elsewhere).

@@ -306,3 +306,59 @@ def test_bundle_contains_the_facts_and_never_the_key(run_cli: Any, site: Site, t
     assert "<secret:api_key>" in json.dumps(plan)
     assert "boot ok" in journal and "<redacted>" in journal
     assert oct(out.stat().st_mode & 0o777) == "0o600"
+
+
+# --- the fast path (sparkctl.serve.fastup) -----------------------------------------------------------
+
+
+def _installed(site: Site) -> None:
+    """Every node holds exactly what the up playbook installs."""
+    for entry in site.doc["nodes"]:
+        site.nodes.state[entry["name"]].upcheck = fakes.clean_upcheck(site.cluster, entry)
+
+
+def test_up_with_nothing_to_install_starts_over_ssh_workers_first(run_cli: Any, site: Site) -> None:
+    _installed(site)
+    res = run_cli("-i", str(site.inventory), "--json", "up")
+    assert res.code == EXIT_OK, res.err
+    assert site.books() == []
+    starts = [n for n, what in site.nodes.calls if what == "start"]
+    assert sorted(starts[:3]) == ["spark-1", "spark-2", "spark-3"] and starts[3:] == ["spark-0"]
+    out = json.loads(res.out)
+    assert out["result"] == "ready" and out["start"]["path"] == "fast" and out["start"]["reasons"] == []
+    t = out["timeline"]
+    assert 0 < t["last_start_s"] <= t["ready_s"] <= t["done_s"] <= out["seconds"] + 0.01
+    assert "starting over SSH without the playbook" in " ".join(res.err.split())
+    assert not any(API_KEY in text for text in site.nodes.sent)
+    modes = [m for _, m in site.nodes.calls]
+    assert modes.index("preflight") < modes.index("upcheck") < modes.index("start")
+
+
+def test_a_changed_env_file_on_one_node_runs_the_playbook_and_says_why(run_cli: Any, site: Site) -> None:
+    _installed(site)
+    site.nodes.state["spark-2"].upcheck["files"]["/etc/sparkctl/rank.env"]["digest"] = "0" * 64  # type: ignore[index]
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == EXIT_OK, res.err
+    assert site.books() == ["up.yml"]
+    assert "start" not in [what for _, what in site.nodes.calls]
+    said = " ".join(res.out.split())
+    assert "running playbooks/up.yml: spark-2: /etc/sparkctl/rank.env differs from the rendered file" in said
+
+
+def test_up_full_always_runs_the_playbook(run_cli: Any, site: Site) -> None:
+    _installed(site)
+    res = run_cli("-i", str(site.inventory), "--json", "up", "--full")
+    assert res.code == EXIT_OK, res.err
+    assert site.books() == ["up.yml"] and "upcheck" not in [m for _, m in site.nodes.calls]
+    assert json.loads(res.out)["start"] == {"path": "playbook", "reasons": ["--full"], "check_seconds": 0.0}
+
+
+def test_a_worker_that_fails_to_start_on_the_fast_path_stops_everything(run_cli: Any, site: Site) -> None:
+    _installed(site)
+    site.nodes.state["spark-3"].start_fails = True
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == EXIT_FAILED
+    assert site.books() == ["down.yml"]
+    assert "spark-0" not in [n for n, what in site.nodes.calls if what == "start"]
+    assert "spark-3: sparkctl-rank.service failed right after its start" in res.err
+    assert "all 4 ranks were stopped" in res.err

@@ -1,0 +1,123 @@
+"""spark_applied's state specs stay in step with the roles: every file a provision role writes is
+hashed by the fast path's cheap round (or named here with why not), so a hand edit is noticed."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ROLES = REPO / "roles"
+SPEC = (ROLES / "spark_applied" / "defaults" / "main.yml").read_text()
+WRITERS = {
+    "ansible.builtin.copy": "dest",
+    "ansible.builtin.blockinfile": "path",
+    "ansible.builtin.file": "path",
+    "ansible.builtin.lineinfile": "path",
+    "ansible.builtin.template": "dest",
+}
+
+# Each destination a provision role writes -> the text in spark_applied's defaults that covers it,
+# or None with the reason it is no configuration of the node.
+COVERED: dict[str, str | None] = {
+    "/etc/chrony/conf.d/sparkctl.conf": "/etc/chrony/conf.d/sparkctl.conf",
+    "/etc/hosts": '{path: /etc/hosts, marker: "# {mark} sparkctl fabric names"}',
+    "/etc/sysctl.d/60-sparkctl.conf": "/etc/sysctl.d/60-sparkctl.conf",
+    "/etc/security/limits.d/90-sparkctl-memlock.conf": "/etc/security/limits.d/90-sparkctl-memlock.conf",
+    "/etc/systemd/system.conf.d": "- /etc/systemd/system.conf.d\n",
+    "/etc/systemd/system.conf.d/90-sparkctl-memlock.conf": "- /etc/systemd/system.conf.d/90-sparkctl-memlock",
+    "{{ spark_base_home }}/.ssh": '"~{{ spark_applied_mesh_user }}/.ssh"',
+    "{{ spark_base_home }}/.ssh/{{ item }}": '"~{{ spark_applied_mesh_user }}/.ssh/id_ed25519_sparkctl"',
+    "{{ spark_base_home }}/.ssh/authorized_keys": '/.ssh/authorized_keys", marker: "# {mark} sparkctl mesh"',
+    "/etc/ssh/ssh_known_hosts": '{path: /etc/ssh/ssh_known_hosts, marker: "# {mark} sparkctl mesh"}',
+    "{{ spark_base_home }}/.ssh/config": '/.ssh/config", marker: "# {mark} sparkctl mesh"',
+    "/etc/sudoers.d/90-sparkctl": "/etc/sudoers.d/90-sparkctl",
+    "{{ spark_fabric_netplan.key }}": "select('match', spark_fabric_netplan_pattern)",
+    "{{ item.key | dirname }}": None,  # spark_qos: the directories of its files (the files are hashed)
+    "{{ item.key }}": "select('search', spark_qos_file_pattern)",
+    "{{ item }}": None,  # runtime/exporter/firewall: directories of the files hashed below them
+    "{{ spark_runtime_lab_prefix }}/wheels/{{ spark_runtime_wheel.hash }}.whl": "_lab_prefix }}/wheels",
+    None: '"{{ spark_runtime_lab_prefix }}/current"',  # the `current` link (file task with src/dest)
+    "{{ spark_runtime_lab_launcher }}": '"{{ spark_runtime_lab_launcher }}"',
+    "{{ item.path }}": '"{{ spark_runtime_lab_prefix }}"',  # older versions removed: the listing shows them
+    "{{ spark_exporter_dir }}/nodeside/{{ item }}": "spark_applied_exporter_dir ~ '/nodeside/'",
+    "{{ spark_exporter_unit_file.key }}": "spark_applied_exporter_unit.keys()",
+    "{{ spark_firewall_dropin_dir }}/controller.nft": "~ '/controller.nft'",
+    "{{ spark_firewall_ruleset.key }}": "spark_firewall_ruleset_pattern | default(",
+    "{{ spark_firewall_unit_file.key }}": "spark_firewall_unit_pattern | default(",
+}
+# Written only while a change is applied under a revert guard (gone or inert once it is disarmed),
+# or by check fabric (not a provision role's task).
+TRANSIENT = ("revert", "nccl_check")
+
+
+def _writes(tasks: list[dict[str, Any]] | None) -> Iterator[str | None]:
+    for task in tasks or []:
+        for key in ("block", "rescue", "always"):
+            yield from _writes(task.get(key))
+        for module, arg in WRITERS.items():
+            if isinstance(task.get(module), dict):
+                yield task[module].get(arg)
+
+
+def test_every_file_a_provision_role_writes_is_hashed_by_the_cheap_round() -> None:
+    seen = set()
+    for role in (
+        "spark_base",
+        "spark_fabric",
+        "spark_qos",
+        "spark_runtime",
+        "spark_exporter",
+        "spark_firewall",
+    ):
+        for path in sorted((ROLES / role / "tasks").glob("*.yml")):
+            for dest in _writes(yaml.safe_load(path.read_text())):
+                if dest and any(word in dest for word in TRANSIENT):
+                    continue
+                assert dest in COVERED, (
+                    f"{role}/{path.name} writes {dest}: add it to spark_applied's state spec"
+                )
+                seen.add(dest)
+                covering = COVERED[dest]
+                assert covering is None or covering in SPEC, (
+                    f"{dest}: spark_applied's defaults lack {covering!r}"
+                )
+    assert seen == set(COVERED), f"no longer written: {set(COVERED) - seen}"
+
+
+def test_the_firewall_patterns_repeated_in_spark_applied_match_the_roles_defaults() -> None:
+    defaults = yaml.safe_load((ROLES / "spark_firewall" / "defaults" / "main.yml").read_text())
+    for name in (
+        "spark_firewall_ruleset_pattern",
+        "spark_firewall_unit_pattern",
+        "spark_firewall_dropin_dir",
+        "spark_firewall_revert_unit",
+    ):
+        match = re.search(re.escape(name) + r" \| default\('([^']*)'\)", SPEC)
+        assert match, name
+        assert match.group(1).replace("\\\\", "\\") == defaults[name], name
+
+
+def test_every_role_of_the_provision_playbook_is_gated_and_recorded() -> None:
+    plays = yaml.safe_load((REPO / "playbooks" / "provision.yml").read_text())
+    spec = yaml.safe_load(SPEC)
+    gated = {}
+    for play in plays[1:]:
+        for entry in play.get("roles", []):
+            if entry["role"] == "spark_applied":
+                continue
+            short = entry["role"].removeprefix("spark_")
+            assert short in spec["spark_applied_roles"], entry["role"]
+            assert entry["tags"] == [spec["spark_applied_tags"][short]]
+            assert (
+                f"spark_applied_run.{short}" in entry["when"]
+                or "spark_applied_firewall_first" in entry["when"]
+            )
+            gated[short] = entry["role"]
+        recorded = [t for t in play.get("post_tasks", []) if "ansible.builtin.include_role" in t]
+        assert recorded and recorded[0]["ansible.builtin.include_role"]["tasks_from"] == "record"
+    assert set(gated) == set(spec["spark_applied_roles"])

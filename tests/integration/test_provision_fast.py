@@ -1,0 +1,95 @@
+"""A no-op `sparkctl provision` on the lab takes the fast path (one read per node, every role up to
+date, 0 changed) and still catches drift: a rendered file edited by hand on one node runs that
+node's role again, which reports the change; the run after it is a fast no-op again."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+FAST_S = 20.0
+
+
+def _provision(lab: Any, *extra: str) -> tuple[float, dict[str, Any]]:
+    t0 = time.monotonic()
+    proc = lab.run_sparkctl("provision", *extra, json_out=True, timeout=900)
+    wall = time.monotonic() - t0
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    assert proc.returncode == 0, (doc.get("failures"), proc.stderr[-3000:])
+    return wall, doc
+
+
+def _changed(doc: dict[str, Any]) -> dict[str, int]:
+    return {h: s["changed"] for h, s in doc["hosts"].items() if s["changed"]}
+
+
+def _ran(doc: dict[str, Any]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for host, roles in doc["applied"].items():
+        for role, verdict in roles.items():
+            if verdict["run"]:
+                out.setdefault(host, []).append(role)
+    return out
+
+
+@pytest.fixture(scope="module")
+def provisioned(lab: Any) -> dict[str, Any]:
+    lab.heal()
+    _, doc = _provision(lab)  # whatever the nodes held before: afterwards every role is recorded
+    return doc
+
+
+def test_a_no_op_provision_is_fast_and_changes_nothing(lab: Any, provisioned: dict[str, Any]) -> None:
+    wall, doc = _provision(lab)
+    assert _changed(doc) == {}
+    assert _ran(doc) == {}, "every role should be up to date on every node"
+    assert set(doc["applied"]) == {"spark-0", "spark-1", "spark-2", "spark-3"}
+    assert wall <= FAST_S, f"no-op provision took {wall:.1f}s (goal {FAST_S:.0f}s)"
+
+
+def test_full_runs_every_role_and_still_changes_nothing(lab: Any, provisioned: dict[str, Any]) -> None:
+    _, doc = _provision(lab, "--full")
+    assert _changed(doc) == {}
+    assert all(set(roles) >= {"base", "fabric", "firewall"} for roles in _ran(doc).values())
+
+
+@pytest.mark.parametrize(
+    ("node", "path", "role"),
+    [
+        ("spark-2", "/etc/sparkctl/firewall.nft", "firewall"),
+        ("spark-1", "/etc/sysctl.d/60-sparkctl.conf", "base"),
+    ],
+)
+def test_a_file_edited_by_hand_is_noticed_and_repaired(
+    lab: Any, provisioned: dict[str, Any], node: str, path: str, role: str
+) -> None:
+    before = lab.ssh(node, f"sha256sum {path}").stdout.split()[0]
+    lab.ssh(node, f"printf '# edited by hand\\n' >> {path}")
+    _, doc = _provision(lab)
+    verdict = doc["applied"][node][role]
+    assert verdict["run"] is True
+    assert any(path in reason and "changed since it was applied" in reason for reason in verdict["reasons"])
+    assert node in _changed(doc), doc["hosts"]
+    if role == "firewall":  # a per-node role: only the drifted node ran it
+        assert _ran(doc) == {node: ["firewall"]}
+    assert lab.ssh(node, f"sha256sum {path}").stdout.split()[0] == before
+    _, again = _provision(lab)
+    assert _changed(again) == {} and _ran(again) == {}
+
+
+def test_check_mode_reports_drift_without_repairing_it(lab: Any, provisioned: dict[str, Any]) -> None:
+    path = "/etc/sparkctl/firewall.nft"
+    lab.ssh("spark-3", f"printf '# edited by hand\\n' >> {path}")
+    try:
+        _, doc = _provision(lab, "--check")
+        assert doc["applied"]["spark-3"]["firewall"]["run"] is True
+        assert "spark-3" in _changed(doc)
+        assert "edited by hand" in lab.ssh("spark-3", f"tail -n1 {path}").stdout
+    finally:
+        _, repaired = _provision(lab)
+    assert "spark-3" in _changed(repaired)

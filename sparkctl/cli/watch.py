@@ -74,6 +74,8 @@ def render_unit(cluster_name: str, inventory: Path, python: str, state_dir: Path
         "RestartSec=30",
         "RestartPreventExitStatus=2",
         "KillSignal=SIGTERM",
+        "# SIGTERM lets a restart in progress finish its gates before the supervisor exits.",
+        "TimeoutStopSec=1800",
         "",
         "[Install]",
         "WantedBy=multi-user.target",

@@ -357,6 +357,8 @@ class Supervisor:
                 self.brain.retry, self.brain.armed = None, False
                 self.event("up", summary, "start", None, self.act.clock() - t0)
         except events.Busy as exc:
+            if d.action in (RESTART, START) and self.brain.breaker.restarts:
+                self.brain.breaker.restarts.pop()  # not done: it does not count
             self.event("busy", f"not acting on {d.kind}: the group is being started or stopped: {exc.holder}")
 
     def _open_breaker(self, d: Decision) -> None:

@@ -320,6 +320,18 @@ def test_a_start_or_stop_in_progress_is_never_judged() -> None:
     assert d.kind == "busy" and "sparkctl up" in d.evidence and world.calls == []
 
 
+def test_a_restart_that_finds_the_group_busy_is_not_done_and_not_counted() -> None:
+    world = World()
+    sup = make(world)
+    world.units["spark-2"] = "failed"
+    decision = sup.brain.decide(supervisor.observe(world.snapshot(), None, FLOOR_GIB), world.now)
+    assert decision.action == RESTART and len(sup.brain.breaker.restarts) == 1
+    with events.lifecycle("lab", "sparkctl down"):
+        sup._act(decision)
+    assert "down" not in world.calls and sup.brain.breaker.restarts == []
+    assert events.EventLog("lab").read()[-1]["kind"] == "busy"
+
+
 def test_a_second_supervisor_is_refused() -> None:
     with events.single_watch("lab"), pytest.raises(events.Busy) as busy, events.single_watch("lab"):
         pass

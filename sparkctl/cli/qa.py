@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -18,6 +18,7 @@ from sparkctl.errors import EXIT_FAILED, EXIT_OK
 from sparkctl.model import Cluster, load_inventory
 from sparkctl.qa.qualify import CheckResult, QualifyReport, new_results_dir, run_qualify
 from sparkctl.render import plan_document
+from sparkctl.serve import thermals
 from sparkctl.serve.guard import MemoryGuard, abort_ranks
 from sparkctl.ssh.fleet import Fleet, targets_for
 
@@ -49,6 +50,20 @@ def _guard(cluster: Cluster) -> Iterator[MemoryGuard]:
             yield guard
     finally:
         fleet.close()
+
+
+def _thermals(cluster: Cluster) -> contextlib.AbstractContextManager[thermals.ThermalSampler]:
+    """Every node's GPU read every 5 s during the run (its own SSH connections): the maxima are
+    recorded with the results."""
+    return thermals.sampling(cluster)
+
+
+def _say_thermals(summary: dict[str, Any] | None) -> None:
+    line = thermals.summary_line(summary or {})
+    if line:
+        ui.console.print(line)
+    for warning in (summary or {}).get("warnings", []):
+        ui.console.print(f"[yellow]warning:[/yellow] {warning}")
 
 
 def _guard_report(guard: MemoryGuard, out_dir: Path | None) -> dict[str, Any]:
@@ -107,8 +122,8 @@ def qualify(
     """Check that rank 0 answers right: text, arithmetic at C8, images, JSON, tools, needle, determinism."""
     as_json = json_out or ctx.obj.json
     cluster = _load(ctx)
-    with _guard(cluster) as guard:
-        report = _qualify_run(cluster, suite.value, results, as_json)
+    with _guard(cluster) as guard, _thermals(cluster) as heat:
+        report = _qualify_run(cluster, suite.value, results, as_json, heat.summary)
     memory = _guard_report(guard, report.results_dir)
     passed = report.passed and not memory.get("breach")
     if as_json:
@@ -117,6 +132,7 @@ def qualify(
         ui.console.print(qualify_table(report))
         ui.console.print(f"evidence: {report.results_dir}")
         _say_guard(memory)
+        _say_thermals(report.thermals)
         if report.passed:
             where = " on the simulator" if report.simulator else ""
             ran = len(report.checks) - len(report.skipped)
@@ -127,9 +143,10 @@ def qualify(
     raise typer.Exit(EXIT_OK if passed else EXIT_FAILED)
 
 
-def _qualify_run(cluster: Cluster, suite: str, results: Path, as_json: bool) -> QualifyReport:
+def _qualify_run(cluster: Cluster, suite: str, results: Path, as_json: bool,
+                 heat: Callable[[], dict[str, Any]] | None = None) -> QualifyReport:
     if as_json:
-        report = run_qualify(cluster, suite, results)
+        report = run_qualify(cluster, suite, results, thermals=heat)
     else:
         with ui.console.status("qualify: connecting …") as status:
 
@@ -142,7 +159,7 @@ def _qualify_run(cluster: Cluster, suite: str, results: Path, as_json: bool) -> 
                     mark = ui.OK if result.passed else ui.FAIL
                     ui.console.print(f"{mark} {result.title} [dim]({result.seconds:.1f}s)[/dim]")
 
-            report = run_qualify(cluster, suite, results, on_progress=progress)
+            report = run_qualify(cluster, suite, results, on_progress=progress, thermals=heat)
     return report
 
 
@@ -317,12 +334,13 @@ def bench(
         return run_bench(for_cluster(cluster), loaded, profile=cluster.profile.name, on_progress=progress,
                          **options)
 
-    with _guard(cluster) as guard:
+    with _guard(cluster) as guard, _thermals(cluster) as heat:
         if as_json:
             report = measure()
         else:
             with ui.console.status("bench: connecting …") as status:
                 report = measure(lambda what: status.update(f"bench: {what} …"))
+        report.thermals = heat.summary()
     out_dir = new_results_dir(results, "bench")
     memory = _guard_report(guard, out_dir)
     json_path = write_report(report, out_dir)
@@ -333,6 +351,7 @@ def bench(
         ui.print_json({**doc, "results_json": str(json_path), "plot": str(plot_path)})
     else:
         _say_guard(memory)
+        _say_thermals(report.thermals)
         ui.console.print(bench_table(report))
         if report.prefill is not None:
             ui.console.print(prefill_table(report))

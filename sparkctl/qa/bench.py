@@ -315,6 +315,8 @@ class BenchReport:
     seconds: float = 0.0
     results_dir: Path | None = None
     server_info: dict[str, Any] = field(default_factory=dict)
+    # GPU maxima per node during the run (serve.thermals.ThermalSampler.summary), set by the CLI.
+    thermals: dict[str, Any] | None = None
 
     @property
     def errors(self) -> list[str]:
@@ -361,6 +363,7 @@ class BenchReport:
             "workloads": {w.name: w.describe() for w in self.workloads},
             "levels": [lvl.to_dict() for lvl in self.levels],
             "prefill": self.prefill.to_dict() if self.prefill else None,
+            "thermals": self.thermals,
             "errors": self.errors,
             "server_info": self.server_info,
         }

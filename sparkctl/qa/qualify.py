@@ -113,6 +113,7 @@ class QualifyReport:
     started: str
     seconds: float = 0.0
     checks: list[CheckResult] = field(default_factory=list)
+    thermals: dict[str, Any] | None = None  # GPU maxima per node during the run, when sampled
 
     @property
     def passed(self) -> bool:
@@ -139,6 +140,7 @@ class QualifyReport:
             "started": self.started,
             "seconds": round(self.seconds, 3),
             "checks": [asdict(c) for c in self.checks],
+            "thermals": self.thermals,
         }
 
 
@@ -514,10 +516,12 @@ def qualify_endpoint(
     on_progress: ProgressFn | None = None,
     checks: Sequence[str] | None = None,
     skip: Mapping[str, str] | None = None,
+    thermals: Callable[[], dict[str, Any]] | None = None,
 ) -> QualifyReport:
     """Run ``suite`` (or the named ``checks``) against ``endpoint``; evidence goes into ``results_dir``.
 
     ``skip`` maps a check to the reason it does not apply to this server (it is reported, not run).
+    ``thermals`` gives the GPU maxima seen during the run, recorded in report.json.
     """
     if suite not in SUITES:
         raise InputError(f"unknown suite {suite!r}", hint=f"choose one of: {', '.join(SUITES)}")
@@ -584,6 +588,7 @@ def qualify_endpoint(
         if on_progress:
             on_progress(name, result)
     report.seconds = time.perf_counter() - begin
+    report.thermals = thermals() if thermals is not None else None
     summary = {**report.to_dict(), "server_info": endpoint.server_info}
     (results_dir / "report.json").write_text(json.dumps(summary, indent=2, default=str))
     return report
@@ -601,7 +606,8 @@ def needle_targets(cluster: Cluster, endpoint: Endpoint) -> list[int]:
 
 
 def run_qualify(
-    cluster: Cluster, suite: str, results_dir: Path, on_progress: ProgressFn | None = None
+    cluster: Cluster, suite: str, results_dir: Path, on_progress: ProgressFn | None = None,
+    thermals: Callable[[], dict[str, Any]] | None = None,
 ) -> QualifyReport:
     """Qualify the cluster's rank-0 endpoint; evidence under ``results_dir/qualify-<timestamp>/``.
 
@@ -617,5 +623,6 @@ def run_qualify(
         reason = f"profile {cluster.profile.name} does not set --enable-multimodal"
         skip = {name: reason for name in CHECKS if name.removesuffix(AFTER) in ("image-one", "image-four")}
     return qualify_endpoint(
-        endpoint, suite, new_results_dir(results_dir, "qualify"), targets, on_progress=on_progress, skip=skip
+        endpoint, suite, new_results_dir(results_dir, "qualify"), targets, on_progress=on_progress, skip=skip,
+        thermals=thermals,
     )

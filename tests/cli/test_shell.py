@@ -191,6 +191,8 @@ def test_results_directory_comes_from_the_environment(
 
     monkeypatch.setattr(qa_cli, "run_qualify", fake_qualify)
     monkeypatch.setattr(qa_cli, "_guard", no_guard)
+    quiet = SimpleNamespace(summary=dict)  # nor their GPUs
+    monkeypatch.setattr(qa_cli, "_thermals", lambda cluster: contextlib.nullcontext(quiet))
     monkeypatch.setenv("SPARKCTL_RESULTS", str(tmp_path / "evidence"))
     res = run_cli("-i", str(example_copy), "--json", "qualify")
     assert res.code == 0, res.err

@@ -272,6 +272,16 @@ def _no_guard(breach: str | None = None) -> Any:
     return guard
 
 
+HEAT = {"max_temp_c": 71.0, "min_sm_clock_ratio_under_load": 0.98, "max_power_w": 95.0,
+        "nodes": {"spark-0": {"max_temp_c": 71.0}}, "warnings": ["spark-0 (rank 0) GPU 0: 86 °C"]}
+
+
+@contextlib.contextmanager
+def _quiet_thermals(cluster: Any) -> Any:
+    """The GPU sampler of qualify and bench, with canned maxima (no nodes to read here)."""
+    yield types.SimpleNamespace(summary=lambda: HEAT)
+
+
 def _fake_cluster(sim: Sim, profile_name: str = "lab") -> types.SimpleNamespace:
     """What qa reads of a Cluster: the head's address, the API port, the key, the profile."""
     from sparkctl.profiles import load_profile
@@ -297,6 +307,7 @@ def test_cli_qualify_and_bench(
     sim = start_sim(SPARKCTL_SIM_TOKEN_RATE="400")
     monkeypatch.setattr(cli_qa, "_load", lambda ctx: _fake_cluster(sim, "r4-nvme"))
     monkeypatch.setattr(cli_qa, "_guard", _no_guard())
+    monkeypatch.setattr(cli_qa, "_thermals", _quiet_thermals)
     results = tmp_path / "results"
     res = run_cli("qualify", "--suite", "quick", "--json", "--results", str(results))
     assert res.code == 0, res.out + res.err
@@ -306,6 +317,8 @@ def test_cli_qualify_and_bench(
     assert Path(doc["results_dir"]).parent == results
     assert doc["memory_guard"]["lowest_gib"] == 20.5  # recorded next to R4's receipt
     assert json.loads((Path(doc["results_dir"]) / "memory-guard.json").read_text())["r4_published_lowest_gib"]
+    assert doc["thermals"] == HEAT  # the GPU maxima of the run, in the report too
+    assert json.loads((Path(doc["results_dir"]) / "report.json").read_text())["thermals"] == HEAT
     # A breach during the run fails it, whatever the checks said.
     breach = "spark-2: MemAvailable 1.90 GiB below the floor 2.50 GiB"
     monkeypatch.setattr(cli_qa, "_guard", _no_guard(breach))
@@ -322,6 +335,10 @@ def test_cli_qualify_and_bench(
     assert "simulator" in res.out and "211.81" in res.out and "R4 suite 1" in res.out
     assert plot.read_bytes().startswith(b"\x89PNG")
     assert len(list(results.glob("bench-*/bench.json"))) == 1
+    assert json.loads(next(results.glob("bench-*/bench.json")).read_text())["thermals"] == HEAT
+    out = " ".join(res.out.split())
+    assert "GPU during the run: max 71 °C (spark-0), lowest SM clock under load 0.98× max, max 95 W" in out
+    assert "warning: spark-0 (rank 0) GPU 0: 86 °C" in out
 
 
 @pytest.mark.usefixtures("wide_console")
@@ -337,6 +354,7 @@ def test_cli_qualify_exits_1_naming_the_failed_check(
     sim = start_sim(SPARKCTL_SIM_FAULT="wrong-arithmetic")
     monkeypatch.setattr(cli_qa, "_load", lambda ctx: _fake_cluster(sim))
     monkeypatch.setattr(cli_qa, "_guard", _no_guard())
+    monkeypatch.setattr(cli_qa, "_thermals", _quiet_thermals)
     res = run_cli("qualify", "--suite", "full", "--results", str(tmp_path))
     assert res.code == 1, res.out + res.err
     assert "failed: text, arithmetic, text-after, arithmetic-after\n" in res.out, res.out

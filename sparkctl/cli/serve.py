@@ -1,7 +1,8 @@
 """Serving: `sparkctl up`, `down`, `status`, `logs`, `bundle`.
 
 up:     validate → preflight on every node (all reported together) → playbooks/up.yml (install the
-        rank units, start ranks 1..n then rank 0) → readiness gates shown live, memory guarded.
+        rank units, start ranks 1..n then rank 0), or with nothing to install the same start over
+        SSH (serve/fastup.py; --full forces the playbook) → readiness gates shown live, memory guarded.
         Any failure stops every rank (playbooks/down.yml) and names the gate, the node and its log.
         Running ranks are replaced only after a yes at the terminal, or with --yes.
 down:   playbooks/down.yml (rank 0 first, grace period, forced shutdown, SIGKILL backstop).

@@ -336,7 +336,7 @@ def test_up_with_nothing_to_install_starts_over_ssh_workers_first(run_cli: Any, 
 
 def test_a_changed_env_file_on_one_node_runs_the_playbook_and_says_why(run_cli: Any, site: Site) -> None:
     _installed(site)
-    site.nodes.state["spark-2"].upcheck["files"]["/etc/sparkctl/rank.env"]["digest"] = "0" * 64  # type: ignore[index]
+    site.nodes.state["spark-2"].upcheck["files"]["/etc/sparkctl/rank.env"]["digest"] = "0" * 64
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == EXIT_OK, res.err
     assert site.books() == ["up.yml"]

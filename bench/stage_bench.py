@@ -7,9 +7,14 @@
    verified) vs a sequential read of the same source bytes + write of as many bytes.  goal ≥ 0.80×
 3. fan-out: time for the chain head → N−1 nodes vs head → 1 node.       goal ≈ 1× (not N×)
 
+Transfer is measured head → every other host in turn (one ratio per node). Every comparison is
+``--repeat`` (default 5) interleaved (baseline, measured) pairs; the report gives both medians,
+the ratio of the medians, and the min/median/max of the per-pair ratios (the host is shared).
+
     python bench/stage_bench.py                 # local: "nodes" are processes on 127.0.0.x
     python bench/stage_bench.py --lab           # the lab: spark-0..3 over SSH, fabric addresses
     python bench/stage_bench.py --mib 1024 --json
+    python bench/stage_bench.py --only packing --only transfer --repeat 7
 
 Both backends run the node-side code itself (sparkctl/stage and sparkctl/nodeside, shipped as the
 module_utils package ``sparkctl``), not a re-implementation. The page cache is warm for both sides
@@ -187,8 +192,49 @@ def lab_hosts(n: int) -> list[Host]:
     return hosts
 
 
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, min and max of repeated measurements (the host is shared: quote all three)."""
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def raw_copy(head: Host, peer: Host, paths: list[str]) -> float:
+    """MiB/s of the plain TCP copy of ``paths`` head -> peer (sendfile, recv, write, one fsync)."""
+    recv = peer.start(peer.py(RAW_RECV, peer.address, str(PORT), f"{peer.workdir}/raw.bin"))
+    time.sleep(0.5)
+    send = head.start(head.py(RAW_SEND, peer.address, str(PORT), *paths))
+    finish(send, "raw sender")
+    raw_bytes, raw_s = finish(recv, "raw receiver").split()
+    peer.run(["rm", "-f", f"{peer.workdir}/raw.bin"])
+    return int(raw_bytes) / (1 << 20) / float(raw_s)
+
+
+def compare(base: list[float], new: list[float]) -> dict[str, Any]:
+    """Interleaved pairs of (baseline, measured) rates: both medians, the ratio of medians and
+    the spread of the per-pair ratios."""
+    pairs = [b / a for a, b in zip(base, new, strict=True)]
+    return {
+        "baseline_mib_s": spread(base),
+        "measured_mib_s": spread(new),
+        "ratio": round(statistics.median(new) / statistics.median(base), 3),
+        "pair_ratio": spread(pairs),
+        "pair_ratios": [round(r, 3) for r in pairs],
+    }
+
+
+PARTS = ("transfer", "packing", "fanout")
+
+
 def bench(
-    hosts: list[Host], mib: float, local_synth: bool, fanout_bwlimit: float = 0.0, repeat: int = 3
+    hosts: list[Host],
+    mib: float,
+    local_synth: bool,
+    fanout_bwlimit: float = 0.0,
+    repeat: int = 5,
+    parts: tuple[str, ...] = PARTS,
 ) -> dict[str, Any]:
     head = hosts[0]
     for h in hosts:
@@ -206,30 +252,25 @@ def bench(
             ).stdout
             subprocess.run([*h.ssh, h.name, f"cat > {mpath}"], input=data, check=True)
     files = sorted(json.loads(head.run(["cat", mpath]))["files"], key=lambda e: e["path"])
-    out: dict[str, Any] = {"bytes": total, "hosts": [h.name for h in hosts]}
+    paths = [f"{src}/{e['path']}" for e in files]
+    out: dict[str, Any] = {"bytes": total, "hosts": [h.name for h in hosts], "repeat": repeat}
 
-    # 1. raw copy vs staging, head -> hosts[1]; interleaved pairs, medians (the host may be shared)
-    peer = hosts[1]
-    raw_rates, stage_rates = [], []
-    for _ in range(repeat):
-        recv = peer.start(peer.py(RAW_RECV, peer.address, str(PORT), f"{peer.workdir}/raw.bin"))
-        time.sleep(0.5)
-        send = head.start(head.py(RAW_SEND, peer.address, str(PORT), *[f"{src}/{e['path']}" for e in files]))
-        finish(send, "raw sender")
-        raw_bytes, raw_s = finish(recv, "raw receiver").split()
-        peer.run(["rm", "-f", f"{peer.workdir}/raw.bin"])
-        raw_rates.append(int(raw_bytes) / (1 << 20) / float(raw_s))
-        one_s = run_chain(hosts[:2], mpath, src)
-        stage_rates.append(total / (1 << 20) / one_s)
-    out["transfer"] = {
-        "raw_mib_s": round(statistics.median(raw_rates), 1),
-        "stage_mib_s": round(statistics.median(stage_rates), 1),
-        "pair_ratios": [round(b / a, 3) for a, b in zip(raw_rates, stage_rates, strict=True)],
-    }
-    out["transfer"]["ratio"] = round(out["transfer"]["stage_mib_s"] / out["transfer"]["raw_mib_s"], 3)
+    # 1. raw copy vs staging, head -> each other host in turn; interleaved pairs, medians
+    if "transfer" in parts:
+        per_node: dict[str, Any] = {}
+        for peer in hosts[1:]:
+            raw_rates, stage_rates = [], []
+            for _ in range(repeat):
+                raw_rates.append(raw_copy(head, peer, paths))
+                stage_rates.append(total / (1 << 20) / run_chain([head, peer], mpath, src))
+            per_node[peer.name] = compare(raw_rates, stage_rates)
+        out["transfer"] = {
+            "per_node": per_node,
+            "ratio": min(v["ratio"] for v in per_node.values()),  # the worst node
+        }
 
     # 3. chain to every host vs to one
-    if len(hosts) > 2:
+    if "fanout" in parts and len(hosts) > 2:
         ones, alls = [], []
         for _ in range(repeat):
             # Every "link" of the lab shares this machine's CPUs, so uncapped the chain measures
@@ -245,18 +286,15 @@ def bench(
             "ratio": round(n_s / one_s, 3),
         }
 
-    # 2. packing vs sequential read + write of the same bytes (on the head's local checkpoint)
-    seq_rates, pack_rates = [], []
-    for _ in range(repeat):
-        res = json.loads(head.run(head.py(PACK, head.code, src, head.workdir, "1", "4")))
-        seq_rates.append(res["seq_bytes"] / (1 << 20) / res["seq_s"])
-        pack_rates.append(res["bytes"] / (1 << 20) / res["pack_s"])
-    out["packing"] = {
-        "seq_mib_s": round(statistics.median(seq_rates), 1),
-        "pack_mib_s": round(statistics.median(pack_rates), 1),
-        "pair_ratios": [round(b / a, 3) for a, b in zip(seq_rates, pack_rates, strict=True)],
-    }
-    out["packing"]["ratio"] = round(out["packing"]["pack_mib_s"] / out["packing"]["seq_mib_s"], 3)
+    # 2. packing vs sequential read + write of the same bytes (on the head's local checkpoint);
+    # each PACK run measures its own baseline right before packing, so every pair is interleaved
+    if "packing" in parts:
+        seq_rates, pack_rates = [], []
+        for _ in range(repeat):
+            res = json.loads(head.run(head.py(PACK, head.code, src, head.workdir, "1", "4")))
+            seq_rates.append(res["seq_bytes"] / (1 << 20) / res["seq_s"])
+            pack_rates.append(res["bytes"] / (1 << 20) / res["pack_s"])
+        out["packing"] = compare(seq_rates, pack_rates)
     for h in hosts:
         h.run(["rm", "-rf", h.workdir])
     return out
@@ -299,7 +337,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="cap each node's receive rate (MiB/s) in the fan-out comparison (0 = none)",
     )
-    ap.add_argument("--repeat", type=int, default=3, help="measurement pairs per comparison (medians)")
+    ap.add_argument(
+        "--repeat", type=int, default=5, help="interleaved measurement pairs per comparison (medians)"
+    )
+    ap.add_argument(
+        "--only", action="append", choices=PARTS, help="run only this comparison (repeatable; default all)"
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     tmp = None
@@ -310,7 +353,12 @@ def main(argv: list[str] | None = None) -> int:
         hosts = local_hosts(args.nodes, tmp)
     try:
         res = bench(
-            hosts, args.mib, local_synth=not args.lab, fanout_bwlimit=args.fanout_bwlimit, repeat=args.repeat
+            hosts,
+            args.mib,
+            local_synth=not args.lab,
+            fanout_bwlimit=args.fanout_bwlimit,
+            repeat=args.repeat,
+            parts=tuple(args.only or PARTS),
         )
     finally:
         if tmp is not None:
@@ -319,17 +367,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(res, indent=2))
         return 0
-    t, p = res["transfer"], res["packing"]
     size = res["bytes"] / (1 << 20)
-    print(f"staging bench ({res['backend']}, {size:.0f} MiB, hosts {', '.join(res['hosts'])})")
     print(
-        f"  transfer  stage {t['stage_mib_s']:8.1f} MiB/s  raw copy {t['raw_mib_s']:8.1f} MiB/s  "
-        f"ratio {t['ratio']:.2f}  (goal >= 0.85)"
+        f"staging bench ({res['backend']}, {size:.0f} MiB, hosts {', '.join(res['hosts'])}, "
+        f"{res['repeat']} interleaved pairs; medians, [min-max] of the pair ratios)"
     )
-    print(
-        f"  packing   pack  {p['pack_mib_s']:8.1f} MiB/s  seq r+w  {p['seq_mib_s']:8.1f} MiB/s  "
-        f"ratio {p['ratio']:.2f}  (goal >= 0.80)"
-    )
+    for node, t in (res.get("transfer") or {}).get("per_node", {}).items():
+        print(
+            f"  transfer -> {node:8s} stage {t['measured_mib_s']['median']:8.1f} MiB/s  raw copy "
+            f"{t['baseline_mib_s']['median']:8.1f} MiB/s  ratio {t['ratio']:.2f} "
+            f"[{t['pair_ratio']['min']:.2f}-{t['pair_ratio']['max']:.2f}]  (goal >= 0.85)"
+        )
+    if "packing" in res:
+        p = res["packing"]
+        print(
+            f"  packing   pack  {p['measured_mib_s']['median']:8.1f} MiB/s  seq r+w  "
+            f"{p['baseline_mib_s']['median']:8.1f} MiB/s  ratio {p['ratio']:.2f} "
+            f"[{p['pair_ratio']['min']:.2f}-{p['pair_ratio']['max']:.2f}]  (goal >= 0.80)"
+        )
     if "fanout" in res:
         f = res["fanout"]
         print(

@@ -51,7 +51,7 @@ from .writeback import Flusher
 BLOCK = 8 << 20
 RESUME_ALIGN = 1 << 20
 SEND_CHUNK = 64 << 20
-CONNECT_BACKOFF = (0.01, 0.25)  # first and longest pause between connection attempts (seconds)
+CONNECT_BACKOFF = (0.01, 0.1)  # first and longest pause between connection attempts (seconds)
 
 
 LOCK_NAME = ".sparkctl-stage.lock"  # in the target directory; manifests skip *.lock

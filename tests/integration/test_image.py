@@ -38,6 +38,9 @@ def _stage(lab: Any, *args: str) -> tuple[int, dict[str, Any], str]:
 
 @pytest.fixture(scope="module")
 def kit_staged(lab: Any) -> str:
+    """The fabric up (the staging chain runs over it, also on a freshly started lab), then the kit."""
+    proc = lab.run_sparkctl("provision", "--tags", "fabric", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
     rc, _, err = _stage(lab, "kit")
     assert rc == 0, err
     return _ref(lab)

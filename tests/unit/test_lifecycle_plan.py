@@ -108,8 +108,8 @@ def test_reset_order_services_then_firewall_then_netplan_then_files() -> None:
     def at(part: str) -> int:
         return next(i for i, n in enumerate(names) if part in n)
 
-    assert at("Stop and disable the sparkctl units") < at("Disable the firewall loader")
-    assert at("Disable the firewall loader") < at("Delete the sparkctl table")
+    assert at("Stop and disable the sparkctl units") < at("Disable and stop the firewall loader")
+    assert at("Disable and stop the firewall loader") < at("Delete the sparkctl table")
     assert at("Delete the sparkctl table") < at("Prove a new SSH connection")
     assert at("Prove a new SSH connection") < at("Remove the fabric netplan")
     assert at("Remove the fabric netplan") < at("Remove the rendered files")

@@ -102,6 +102,15 @@ def test_the_firewall_patterns_repeated_in_spark_applied_match_the_roles_default
         assert match.group(1).replace("\\\\", "\\") == defaults[name], name
 
 
+def test_every_provision_role_ends_at_once_where_it_is_not_due() -> None:
+    for short in ("base", "fabric", "qos", "runtime", "exporter", "firewall"):
+        first = yaml.safe_load((ROLES / f"spark_{short}" / "tasks" / "main.yml").read_text())[0]
+        assert first["ansible.builtin.meta"] == "end_role" and first["tags"] == ["always"]
+        assert first["when"] == f"not spark_{short}_due | bool"
+        defaults = yaml.safe_load((ROLES / f"spark_{short}" / "defaults" / "main.yml").read_text())
+        assert defaults[f"spark_{short}_due"] is True  # other playbooks and manual runs: the whole role
+
+
 def test_every_role_of_the_provision_playbook_is_gated_and_recorded() -> None:
     plays = yaml.safe_load((REPO / "playbooks" / "provision.yml").read_text())
     spec = yaml.safe_load(SPEC)
@@ -113,10 +122,9 @@ def test_every_role_of_the_provision_playbook_is_gated_and_recorded() -> None:
             short = entry["role"].removeprefix("spark_")
             assert short in spec["spark_applied_roles"], entry["role"]
             assert entry["tags"] == [spec["spark_applied_tags"][short]]
-            assert (
-                f"spark_applied_run.{short}" in entry["when"]
-                or "spark_applied_firewall_first" in entry["when"]
-            )
+            due = entry[f"spark_{short}_due"]
+            assert "when" not in entry  # a role-level condition costs a skipped task per task and host
+            assert f"spark_applied_run.{short}" in due or "spark_applied_firewall_first" in due
             gated[short] = entry["role"]
         recorded = [t for t in play.get("post_tasks", []) if "ansible.builtin.include_role" in t]
         assert recorded and recorded[0]["ansible.builtin.include_role"]["tasks_from"] == "record"

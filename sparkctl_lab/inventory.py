@@ -144,6 +144,10 @@ def group_vars_document(inv: LabInventory) -> dict[str, Any]:
         "sparkctl_paths": dict(LAB_PATHS),
         "sparkctl_checkpoint": {"source": "dir", "path": str(inv.checkpoint_dir), "location": "controller"},
         "sparkctl_secrets": {"api_key": {"file": str(inv.api_key_file)}},
+        # `sparkctl watch`: the lab's ranks start in seconds, so it may look more often.
+        "sparkctl_supervisor": {"interval_s": 5, "canary_failures": 3, "max_restarts": 3, "window_s": 3600,
+                                "settle_s": 2},
+        "sparkctl_autostart": False,
     }
     if inv.kit_url and inv.kit_commit:
         # Fetched on the controller (the nodes have no route out), then sent to the head and fanned out.

@@ -60,7 +60,10 @@ def _grouped(
     ax.set_ylabel("tokens / s")
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
-    ax.margins(y=0.18)
+    tallest = max(
+        [h + e for h, e in zip(heights, high, strict=True)] + [v or 0.0 for vs in theirs.values() for v in vs]
+    )
+    ax.set_ylim(0, max(1.0, tallest) * (1.25 + 0.07 * series))  # headroom: the legend sits above the bars
     ax.legend(fontsize=7, loc="upper left")
 
 

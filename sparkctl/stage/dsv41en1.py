@@ -32,6 +32,7 @@ import random
 import struct
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -675,11 +676,20 @@ def pack_rank(
     if os.path.exists(mpath):
         os.unlink(mpath)  # the files are about to change: no manifest may describe them meanwhile
     packed: list[PackedFile] = []
-    for src, name, lo, hi, _size in plan:
+
+    def pack_and_verify(item: tuple[EngramSource, str, int, int, int]) -> tuple[PackedFile, list[str]]:
+        src, name = item[0], item[1]
+        part = os.path.join(engram_dir, name) + PARTIAL
+        pf = pack_layer(src, part, rank, tp, block_rows, on_progress)
+        return pf, verify_rows(src, part, rank, tp)
+
+    # The layers are packed side by side: each file's SHA-256 is one sequential stream, so two
+    # files are what lets two cores hash at once (and one file's fsync overlap the other's work).
+    with ThreadPoolExecutor(max_workers=max(1, len(plan)), thread_name_prefix="pack") as pool:
+        done = list(pool.map(pack_and_verify, plan))
+    for (src, name, lo, hi, _size), (pf, problems) in zip(plan, done, strict=True):
         final = os.path.join(engram_dir, name)
         part = final + PARTIAL
-        pf = pack_layer(src, part, rank, tp, block_rows, on_progress)
-        problems = verify_rows(src, part, rank, tp)
         if problems:
             raise FormatError("; ".join(problems) + f" (left {part} for inspection)")
         os.replace(part, final)

@@ -170,9 +170,11 @@ def test_reset_then_provision_restores_the_same_state(lab: Lab, served: None) ->
     plan_before = lab.run_sparkctl("plan", json_out=True).stdout
     data_before = lab.ssh("spark-1", "find /mnt/nvme/engram-tp4 -type f | sort | xargs sha256sum").stdout
 
+    there = _present(lab, "spark-0", SPARKCTL_PATHS)
+    assert "/etc/sparkctl" in there and "/etc/netplan/40-sparkctl-fabric.yaml" in there
     refused = lab.run_sparkctl("reset")  # no terminal, no --yes: bad input, nothing touched
     assert refused.returncode == 2, refused.stderr[-2000:]
-    assert _present(lab, "spark-0", SPARKCTL_PATHS) == SPARKCTL_PATHS
+    assert _present(lab, "spark-0", SPARKCTL_PATHS) == there
     reset = lab.run_sparkctl("reset", "--yes", timeout=900)
     assert reset.returncode == 0, (reset.stderr or reset.stdout)[-3000:]
     for node in NODES:

@@ -25,7 +25,7 @@ options:
   layers: {type: list, elements: int, default: [1, 14], description: Engram layers.}
   force: {type: bool, default: false, description: Delete leftovers instead of refusing.}
   margin_gib: {type: float, default: 8, description: Free space that must remain afterwards.}
-  block_rows: {type: int, default: 65536, description: Rows per I/O block (65536 rows = 16.5 MiB).}
+  block_rows: {type: int, default: 8192, description: Rows per I/O block (8192 rows = 2.06 MiB).}
   progress_path: {type: path, default: "", description: Where to write progress JSON for the controller's bars (empty = none).}
 author: sparkctl
 """

@@ -84,6 +84,9 @@ def test_stage_kit_fans_out_then_moves_nothing(lab: Any, staged: dict[str, Any])
 def test_one_changed_byte_on_spark_1_is_named_and_up_refuses(lab: Any, staged: dict[str, Any]) -> None:
     kit = staged["kit"]
     node = lab.nodes[1]
+    # Everything else `up` needs is in place (image, checkpoint, shards), so only the kit can stop it.
+    proc = lab.run_sparkctl("stage", "all", timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     rel = f"{kit['overlay_source']}/{kit['overlays'][0]}"
     path = f"{kit['store']}/{kit['commit']}/{rel}"
     good = _sha(lab, node, path)

@@ -96,7 +96,9 @@ def test_written_inventory_loads_into_the_model(lab: Lab) -> None:
 
     cluster = load_inventory(lab.inventory)
     assert [n.name for n in cluster.nodes] == NODES
-    assert cluster.runtime.kind == "lab"
+    # The ranks run as containers of the kit's image, built on the head from the lab's synthetic kit.
+    assert (cluster.runtime.kind, cluster.runtime.image_source) == ("container", "build")
+    assert cluster.kit is not None and cluster.kit.source == "git" and cluster.kit.commit is not None
     assert (
         cluster.switch is not None and cluster.switch.type == "linux" and cluster.switch.host == "10.250.0.2"
     )

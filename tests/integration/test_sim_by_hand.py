@@ -1,5 +1,7 @@
 """Four simulated ranks started by hand on the lab, with exactly `sparkctl plan`'s argv and env.
 
+The ranks run directly on the nodes (runtime kind ``lab``, no container and no kit: the plan comes
+from a copy of the lab inventory saying so), so the simulator's own rendezvous is what is tested.
 The rendezvous runs over the lab fabric (the head's fabric address in --dist-init-addr): rank 0
 is not ready while a rank is missing, becomes ready once all four joined, and turns /health to
 503 within 5 s of rank 2 being killed.
@@ -9,12 +11,17 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+import yaml
 
 if TYPE_CHECKING:
     from conftest import Lab
@@ -26,8 +33,17 @@ UNIT = "sparkctl-byhand"
 _KILL = f"pid=$(systemctl show -p MainPID --value {UNIT}); [ \"${{pid:-0}}\" -gt 0 ] && kill -9 $pid"
 
 
-def _plan(lab: Lab) -> dict[str, Any]:
-    proc = lab.run_sparkctl("plan", json_out=True)
+def _plan(lab: Lab, tmp: Path) -> dict[str, Any]:
+    """`sparkctl plan --json` of the lab's inventory with the simulator run directly on the nodes."""
+    inv = tmp / "lab-direct"
+    shutil.copytree(lab.inventory, inv, symlinks=True)
+    site = inv / "group_vars" / "all" / "sparkctl.yml"
+    doc = yaml.safe_load(site.read_text())
+    doc["sparkctl_runtime"] = {"kind": "lab"}
+    doc.pop("sparkctl_kit", None)
+    site.write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = subprocess.run([sys.executable, "-m", "sparkctl", "-i", str(inv), "--json", "plan"],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     doc: dict[str, Any] = json.loads(proc.stdout)
     return doc
@@ -64,12 +80,12 @@ def _wait(url: str, want: int, timeout: float) -> float | None:
 
 
 @pytest.fixture(scope="module")
-def by_hand(lab: Lab) -> Iterator[tuple[Lab, dict[str, Any]]]:
+def by_hand(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, dict[str, Any]]]:
     # The fabric addresses and the simulator on every node; nothing of a previous `up` running.
     proc = lab.run_sparkctl("provision", "--tags", "base,fabric,runtime", timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lab.run_sparkctl("down", timeout=300)
-    plan = _plan(lab)
+    plan = _plan(lab, tmp_path_factory.mktemp("by-hand"))
     names = [n["name"] for n in plan["nodes"]]
     # The rank's --config file carries the API key on real nodes; give it one of the same shape.
     key = lab.api_key_file.read_text().strip()

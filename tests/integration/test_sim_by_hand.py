@@ -38,10 +38,10 @@ def _plan(lab: Lab, tmp: Path) -> dict[str, Any]:
     inv = tmp / "lab-direct"
     shutil.copytree(lab.inventory, inv, symlinks=True)
     site = inv / "group_vars" / "all" / "sparkctl.yml"
-    doc = yaml.safe_load(site.read_text())
-    doc["sparkctl_runtime"] = {"kind": "lab"}
-    doc.pop("sparkctl_kit", None)
-    site.write_text(yaml.safe_dump(doc, sort_keys=False))
+    site_vars = yaml.safe_load(site.read_text())
+    site_vars["sparkctl_runtime"] = {"kind": "lab"}
+    site_vars.pop("sparkctl_kit", None)
+    site.write_text(yaml.safe_dump(site_vars, sort_keys=False))
     proc = subprocess.run([sys.executable, "-m", "sparkctl", "-i", str(inv), "--json", "plan"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

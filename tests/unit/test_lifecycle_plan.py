@@ -80,6 +80,9 @@ def test_the_rolling_play_takes_one_node_at_a_time_and_stops_at_the_first_failur
     assert roles[2]["tasks_from"] == "verify.yml"
     down = _play("upgrade.yml", "group down")
     assert down.get("serial") is None and down["any_errors_fatal"] is True
+    # check mode reports the stop instead of waiting for units it cannot stop
+    stop = next(t for t in down["tasks"] if t["name"] == "Stop the rank units in order")
+    assert stop["when"] == "not ansible_check_mode"
     # the whole group agrees at the end
     final = _play("upgrade.yml", "agree again")
     assert final["roles"] == [{"role": "spark_preflight"}]

@@ -71,7 +71,7 @@ ROOTFS_PACKAGES: tuple[str, ...] = (
 )
 
 # Bump when the post-debootstrap fix-ups below change, so caches are rebuilt.
-_RECIPE_VERSION = "3"
+_RECIPE_VERSION = "4"
 _COMPLETE_MARKER = ".sparkctl-rootfs-complete"
 DEFAULT_CACHE_DIR = Path("/var/cache/sparkctl")
 
@@ -270,19 +270,34 @@ _CGROUPS_SCRIPT = "/usr/local/sbin/sparkctl-lab-cgroups"
 _CGROUPS_SCRIPT_TEXT = """#!/bin/sh
 # sparkctl lab: systemd-nspawn mounts the cgroup v1 controllers read-only, and the Docker engine
 # creates each container's cgroup in them. Mount every controller hierarchy afresh, read-write,
-# before docker.service (systemd's own name=systemd hierarchy and cgroup2 are left alone).
-set -eu
+# before docker.service (systemd's own name=systemd hierarchy and cgroup2 are left alone), then
+# check that none is left read-only: a pass can race the machine's own boot, so it is retried,
+# and the unit fails (docker.service requires it) rather than let a container start on a
+# read-only controller.
+set -u
 known=$(awk '!/^#/ {print $1}' /proc/cgroups)
-findmnt -rn -t cgroup -o TARGET,OPTIONS,FS-OPTIONS | while read -r target opts fsopts; do
-  ctrls=""
-  for word in $(echo "$fsopts" | tr , ' '); do
-    for c in $known; do [ "$word" = "$c" ] && ctrls="${ctrls:+$ctrls,}$word"; done
+readonly_ctrls() {
+  findmnt -rn -t cgroup -o TARGET,OPTIONS,FS-OPTIONS | while read -r target opts fsopts; do
+    ctrls=""
+    for word in $(echo "$fsopts" | tr , ' '); do
+      for c in $known; do [ "$word" = "$c" ] && ctrls="${ctrls:+$ctrls,}$word"; done
+    done
+    [ -n "$ctrls" ] || continue
+    case ",$opts," in *,rw,*) continue ;; esac
+    echo "$target $ctrls"
   done
-  [ -n "$ctrls" ] || continue
-  case ",$opts," in *,rw,*) continue ;; esac
-  umount -l "$target"
-  mount -t cgroup -o "$ctrls" cgroup "$target"
+}
+for attempt in 1 2 3 4 5 6 7 8 9 10; do
+  left=$(readonly_ctrls)
+  [ -z "$left" ] && exit 0
+  echo "$left" | while read -r target ctrls; do
+    umount -l "$target" && mount -t cgroup -o "$ctrls" cgroup "$target" \
+      || echo "attempt $attempt: $target ($ctrls) not remounted" >&2
+  done
+  sleep 0.5
 done
+echo "still read-only: $(readonly_ctrls | tr '\n' ' ')" >&2
+exit 1
 """
 
 _CGROUPS_UNIT = "sparkctl-lab-cgroups.service"
@@ -359,6 +374,13 @@ def _fix_up(root: Path) -> None:
     script.write_text(_CGROUPS_SCRIPT_TEXT)
     script.chmod(0o755)
     (root / "etc/systemd/system" / _CGROUPS_UNIT).write_text(_CGROUPS_UNIT_TEXT)
+    # The engine starts only once the controllers are writable (never on a read-only one).
+    for unit in DOCKER_UNITS:
+        dropin = root / "etc/systemd/system" / f"{unit}.d"
+        dropin.mkdir(parents=True, exist_ok=True)
+        (dropin / "sparkctl-lab.conf").write_text(
+            f"[Unit]\nRequires={_CGROUPS_UNIT}\nAfter={_CGROUPS_UNIT}\n"
+        )
     (root / "etc/docker").mkdir(parents=True, exist_ok=True)
     (root / "etc/docker/daemon.json").write_text(json.dumps(DOCKER_DAEMON_JSON, indent=2) + "\n")
     host.run(["chroot", str(root), "systemctl", "enable", _CGROUPS_UNIT, *DOCKER_UNITS])

@@ -71,26 +71,36 @@ def test_the_rootfs_carries_the_engine_and_a_new_cache_key() -> None:
     assert f"ExecStart={rootfs._CGROUPS_SCRIPT}" in unit
 
 
-def test_the_cgroup_script_remounts_only_read_only_v1_controllers(tmp_path: Path) -> None:
-    """Run the script with stand-ins for findmnt, umount and mount that log what they are asked."""
+def _cgroup_stand_ins(tmp_path: Path, *, remount_sticks: bool) -> tuple[Path, Path]:
+    """findmnt, umount, mount and sleep stand-ins that log what they are asked. findmnt reports the
+    controllers read-only until a mount was made (when ``remount_sticks``), read-only forever else."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls"
-    (bin_dir / "findmnt").write_text(
-        "#!/bin/sh\ncat <<'EOF'\n"
+    ro = (
         "/sys/fs/cgroup/systemd ro,nosuid rw,xattr,name=systemd\n"
         "/sys/fs/cgroup/cpu,cpuacct ro,nosuid rw,cpu,cpuacct\n"
         "/sys/fs/cgroup/memory rw,nosuid rw,memory\n"
         "/sys/fs/cgroup/cpuset ro,nosuid rw,cpuset\n"
-        "EOF\n"
+    )
+    rw = ro.replace("ro,nosuid", "rw,nosuid")
+    after = rw if remount_sticks else ro
+    (bin_dir / "findmnt").write_text(
+        f"#!/bin/sh\nif grep -q '^mount ' {calls} 2>/dev/null; then printf '{after}'; else printf '{ro}'; fi\n"
     )
     for tool in ("umount", "mount"):
         (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\n')
+    (bin_dir / "sleep").write_text("#!/bin/sh\n")
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     script = tmp_path / "cgroups.sh"
     script.write_text(rootfs._CGROUPS_SCRIPT_TEXT)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    return script, calls
+
+
+def test_the_cgroup_script_remounts_only_read_only_v1_controllers(tmp_path: Path) -> None:
+    script, calls = _cgroup_stand_ins(tmp_path, remount_sticks=True)
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
     subprocess.run(["sh", str(script)], env=env, check=True, timeout=10)
     assert calls.read_text().splitlines() == [
         "umount -l /sys/fs/cgroup/cpu,cpuacct",
@@ -98,6 +108,15 @@ def test_the_cgroup_script_remounts_only_read_only_v1_controllers(tmp_path: Path
         "umount -l /sys/fs/cgroup/cpuset",
         "mount -t cgroup -o cpuset cgroup /sys/fs/cgroup/cpuset",
     ]
+
+
+def test_the_cgroup_script_retries_then_fails_when_a_controller_stays_read_only(tmp_path: Path) -> None:
+    script, calls = _cgroup_stand_ins(tmp_path, remount_sticks=False)
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
+    proc = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 1
+    assert "still read-only: /sys/fs/cgroup/cpu,cpuacct cpu,cpuacct /sys/fs/cgroup/cpuset cpuset" in proc.stderr
+    assert calls.read_text().count("mount -t cgroup -o cpuset") == 10
 
 
 # --- the synthetic serving kit ------------------------------------------------------------------

@@ -86,7 +86,8 @@ def _cgroup_stand_ins(tmp_path: Path, *, remount_sticks: bool) -> tuple[Path, Pa
     rw = ro.replace("ro,nosuid", "rw,nosuid")
     after = rw if remount_sticks else ro
     (bin_dir / "findmnt").write_text(
-        f"#!/bin/sh\nif grep -q '^mount ' {calls} 2>/dev/null; then printf '{after}'; else printf '{ro}'; fi\n"
+        f"#!/bin/sh\nif grep -q '^mount ' {calls} 2>/dev/null; then printf '{after}'\n"
+        f"else printf '{ro}'; fi\n"
     )
     for tool in ("umount", "mount"):
         (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\n')
@@ -115,7 +116,8 @@ def test_the_cgroup_script_retries_then_fails_when_a_controller_stays_read_only(
     env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
     proc = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True, timeout=10)
     assert proc.returncode == 1
-    assert "still read-only: /sys/fs/cgroup/cpu,cpuacct cpu,cpuacct /sys/fs/cgroup/cpuset cpuset" in proc.stderr
+    left = "/sys/fs/cgroup/cpu,cpuacct cpu,cpuacct /sys/fs/cgroup/cpuset cpuset"
+    assert f"still read-only: {left}" in proc.stderr
     assert calls.read_text().count("mount -t cgroup -o cpuset") == 10
 
 

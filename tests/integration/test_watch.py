@@ -76,7 +76,9 @@ class Site:
 
     def kill_rank(self, node: str) -> float:
         """SIGKILL the rank's own process (the simulator in its container), as a crash would."""
-        self.lab.ssh(node, "pkill -9 -f 'sparkctl[-_]sim[-_.]rank'")
+        # The lab image's `sglang` is the container's first process (the docker client's argv has
+        # the image name between --entrypoint sglang and serve, so it never matches).
+        self.lab.ssh(node, "pkill -9 -f '^/usr/bin/python3 /usr/local/bin/sglang serve'")
         return time.time()
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import statistics
 import sys
 import time
@@ -37,6 +38,18 @@ def timed_get(client: httpx.Client, url: str) -> tuple[float, httpx.Response]:
     resp = client.get(url)
     resp.read()
     return time.perf_counter() - t0, resp
+
+
+def timed_raw_get(host: str, port: int, path: str) -> float:
+    """One HTTP/1.0 GET over a raw socket, read to the server's close. prometheus_client answers
+    /favicon.ico with an empty header line (``: ``) that httpx refuses to parse; the exporter's
+    server speaks HTTP/1.0 and closes every connection, as it does after /metrics."""
+    t0 = time.perf_counter()
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+        while sock.recv(65536):
+            pass
+    return time.perf_counter() - t0
 
 
 def parse(body: str) -> tuple[float | None, list[str]]:
@@ -69,6 +82,7 @@ def main() -> int:
     cluster = load_inventory(args.inventory)
     nodes = sorted(cluster.nodes, key=lambda n: n.rank)
     base = {n.name: f"http://{n.mgmt_ip}:{cluster.ports.exporter}" for n in nodes}
+    mgmt, port = {n.name: str(n.mgmt_ip) for n in nodes}, int(cluster.ports.exporter)
     clients = {n.name: httpx.Client(timeout=10.0) for n in nodes}
     samples: dict[str, dict[str, list[float]]] = {n.name: {"scrape": [], "collect": [], "baseline": []}
                                                   for n in nodes}
@@ -82,8 +96,7 @@ def main() -> int:
             for name, url in (base.items() if r % 2 == 0 else reversed(base.items())):
                 for what in order:
                     if what == "baseline":
-                        t, resp = timed_get(clients[name], url + "/favicon.ico")
-                        samples[name]["baseline"].append(t)
+                        samples[name]["baseline"].append(timed_raw_get(mgmt[name], port, "/favicon.ico"))
                         continue
                     t, resp = timed_get(clients[name], url + "/metrics")
                     if resp.status_code != 200:

@@ -38,6 +38,7 @@ manifest: {description: The checkpoint manifest (files with size, sha256, mtime_
 content_key: {description: One digest over every (path, size, sha256), returned: success, type: str}
 engram: {description: Per Engram layer its row count, returned: when the checkpoint has the tables, type: list}
 missing: {description: Files of C(expected) this node lacks or holds with other bytes, returned: with expected, type: list}
+extra: {description: Files this node holds that C(expected) does not list (another checkpoint's), returned: with expected, type: list}
 """
 
 import hashlib
@@ -190,7 +191,10 @@ def main():
         for e in p["expected"].get("files", []):
             if not quick.get(e["path"]):
                 missing.append(e["path"])
-        module.exit_json(changed=False, missing=missing, node=node)
+        wanted = {e["path"] for e in p["expected"].get("files", [])}
+        present = manifest.list_files(model_dir) if os.path.isdir(model_dir) else []
+        extra = [rel for rel in present if rel not in wanted]
+        module.exit_json(changed=False, missing=missing, extra=extra, node=node)
     actions = []
     if not module.check_mode:
         os.makedirs(model_dir, exist_ok=True)

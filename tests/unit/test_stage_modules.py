@@ -77,6 +77,10 @@ def test_source_builds_the_manifest_and_lists_what_a_node_lacks(ckpt: Path, tmp_
     shutil.copy(ckpt / "config.json", other / "config.json")
     failed, diff = module("spark_stage_source", {"model_dir": str(other), "expected": res["manifest"]})
     assert not failed and set(diff["missing"]) == set(names)  # config.json unconfirmed: no manifest here
+    # Another checkpoint's shard beside it is named, so the head's copy can be made exact.
+    (other / "model-00001-of-00009.safetensors").write_bytes(b"x")
+    failed, diff = module("spark_stage_source", {"model_dir": str(other), "expected": res["manifest"]})
+    assert not failed and diff["extra"] == ["model-00001-of-00009.safetensors"]
 
 
 def test_pack_check_mode_writes_nothing_then_packs_and_keeps(ckpt: Path, tmp_path: Path) -> None:

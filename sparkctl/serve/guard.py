@@ -11,13 +11,13 @@ run record next to the figure R4's published validation reports (19.52 GiB minim
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkctl.serve.periodic import Periodic
 from sparkctl.serve.probe import FleetLike, collect, launch, unit_name
 
 GIB = 1024**3
@@ -38,7 +38,7 @@ class Breach:
 
 
 @dataclass
-class MemoryGuard:
+class MemoryGuard(Periodic):
     """Start with ``start()``, stop with ``stop()`` (or use it as a context manager)."""
 
     cluster: Any
@@ -54,23 +54,10 @@ class MemoryGuard:
 
     def __post_init__(self) -> None:
         self.floor = int(float(self.cluster.profile.memory.floor_gib) * GIB)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="sparkctl-memory-guard", daemon=True)
-
-    def __enter__(self) -> MemoryGuard:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def start(self) -> MemoryGuard:
-        self._thread.start()
-        return self
+        self._prepare("sparkctl-memory-guard")
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=max(15.0, 3 * self.interval))
+        super().stop()
         self._write_summary()
 
     def sample_once(self) -> None:
@@ -89,16 +76,8 @@ class MemoryGuard:
                     self.on_breach(self.breach)
         self.samples += 1
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                self.sample_once()
-            except Exception as exc:  # a sampling problem must never kill the command it guards
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-            if self.breach is not None:
-                return
-            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+    def finished(self) -> bool:
+        return self.breach is not None
 
     def summary(self) -> dict[str, Any]:
         low = min(self.lowest.values(), default=None)

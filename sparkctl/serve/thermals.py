@@ -15,13 +15,12 @@ under load and the highest power, recorded next to the throughput so a slow run 
 from __future__ import annotations
 
 import contextlib
-import threading
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sparkctl.render import plan_document
+from sparkctl.serve.periodic import Periodic
 from sparkctl.serve.probe import FleetLike, NodeFacts, collect
 from sparkctl.ssh.fleet import Fleet, targets_for
 
@@ -175,7 +174,7 @@ def _max(current: float | None, value: float) -> float:
 
 
 @dataclass
-class ThermalSampler:
+class ThermalSampler(Periodic):
     """Reads every node's GPU every ``interval`` seconds on its own thread; ``summary()`` at any time.
 
     Start with ``start()``, stop with ``stop()`` (or use it as a context manager). A sampling
@@ -193,24 +192,7 @@ class ThermalSampler:
 
     def __post_init__(self) -> None:
         self.limits = self.cluster.profile.thermals
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="sparkctl-thermals", daemon=True)
-
-    def __enter__(self) -> ThermalSampler:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def start(self) -> ThermalSampler:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=max(15.0, 3 * self.interval))
+        self._prepare("sparkctl-thermals")
 
     def sample_once(self) -> None:
         facts = collect(self.cluster, self.doc, self.fleet, "thermals", timeout=max(10.0, 2 * self.interval))
@@ -234,16 +216,6 @@ class ThermalSampler:
                 seen = self.warned.get(key)
                 if seen is None or _worse(w, seen):
                     self.warned[key] = w
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                self.sample_once()
-            except Exception as exc:  # never let sampling kill the run it watches
-                with self._lock:
-                    self.errors.append(f"{type(exc).__name__}: {exc}")
-            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
     def summary(self) -> dict[str, Any]:
         """Per node and over the cluster: highest temperature, lowest SM clock ratio under load,

@@ -6,16 +6,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
+from modrun import needs_ansible, run_module
 
 from sparkctl.serve import probe
 
 REPO = Path(__file__).resolve().parents[2]
-ANSIBLE = Path(sys.executable).parent / "ansible"
 
 
 def _run_probe(params: dict[str, Any]) -> dict[str, Any]:
@@ -50,26 +48,12 @@ def test_probe_script_names_every_module_it_imports() -> None:
 
 
 def _module(role: str, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_LIBRARY": str(REPO / "roles" / role / "library"),
-        "ANSIBLE_MODULE_UTILS": str(REPO / "roles" / role / "module_utils"),
-        "ANSIBLE_VARS_ENABLED": "host_group_vars",
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.minimal",
-        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    argv = [str(ANSIBLE), "localhost", "-i", "localhost,", "-c", "local", "-m", name,
-            "-e", f"ansible_python_interpreter={sys.executable}", "-a", json.dumps(args)]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, timeout=180)
-    head, sep, body = proc.stdout.partition(" => ")
-    assert sep and "FAILED" not in head, proc.stdout + proc.stderr
-    res: dict[str, Any] = json.loads(body)
+    failed, res = run_module(role, name, args)
+    assert not failed, res
     return res
 
 
-@pytest.mark.skipif(not ANSIBLE.exists(), reason="ansible is not installed next to this python")
+@needs_ansible
 def test_fabric_probe_module_reads_links_through_module_utils() -> None:
     res = _module("spark_fabric", "sparkctl_fabric_probe",
                   {"ports": [{"netdev": "lo", "hca": "", "address": "127.0.0.1/8"},
@@ -80,7 +64,7 @@ def test_fabric_probe_module_reads_links_through_module_utils() -> None:
     assert absent["present"] is False
 
 
-@pytest.mark.skipif(not ANSIBLE.exists(), reason="ansible is not installed next to this python")
+@needs_ansible
 def test_identity_module_reads_links_through_module_utils() -> None:
     res = _module("spark_preflight", "sparkctl_identity", {"netdevs": ["lo", "absent9"], "hcas": []})
     assert res["missing_netdevs"] == ["absent9"]

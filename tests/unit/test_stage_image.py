@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from modrun import needs_ansible, run_module
 
 from sparkctl.nodeside import images
 from sparkctl.stage import image
@@ -20,7 +19,6 @@ from sparkctl.stage import manifest as mf
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "fixtures" / "fake_docker.py"
-ANSIBLE = Path(sys.executable).parent / "ansible"
 HEAD_ID = "sha256:" + "a" * 64
 OTHER_ID = "sha256:" + "b" * 64
 REF = "sparkctl-lab/engine:kit"
@@ -213,68 +211,36 @@ def test_clean_keeps_only_the_current_archive(tmp_path: Path) -> None:
 # --- the module through Ansible (AnsiballZ packing with the module_utils symlinks) ---------------
 
 
-def run_module(args: dict[str, Any], env: dict[str, str], check: bool = False) -> tuple[bool, dict[str, Any]]:
-    full_env = {
-        **os.environ,
-        **env,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_LIBRARY": str(REPO / "roles" / "spark_image" / "library"),
-        "ANSIBLE_MODULE_UTILS": str(REPO / "roles" / "spark_image" / "module_utils"),
-        "ANSIBLE_VARS_ENABLED": "host_group_vars",
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.minimal",
-        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    argv = [
-        str(ANSIBLE),
-        "localhost",
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        "-m",
-        "spark_image",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        "-a",
-        json.dumps(args),
-    ]
-    if check:
-        argv.append("--check")
-    proc = subprocess.run(
-        argv, capture_output=True, text=True, env=full_env, cwd=REPO, timeout=180, check=False
-    )
-    head, sep, body = proc.stdout.partition(" => ")
-    assert sep, proc.stdout + proc.stderr
-    res = json.loads(body)
-    return "FAILED" in head or bool(res.get("failed")), res
+def image_module(args: dict[str, Any], env: dict[str, str],
+                 check: bool = False) -> tuple[bool, dict[str, Any]]:
+    return run_module("spark_image", "spark_image", args, check, env)
 
 
-@pytest.mark.skipif(not ANSIBLE.exists(), reason="ansible is not installed next to this python")
+@needs_ansible
 def test_module_verify_names_the_odd_node(tmp_path: Path) -> None:
     d = Docker(tmp_path, "spark-2")
     d.add(OTHER_ID, REF)
-    failed, res = run_module(
+    failed, res = image_module(
         {"action": "verify", "node": "spark-2", "ref": REF, "expected_id": HEAD_ID}, d.env()
     )
     assert failed and res["msg"].startswith(
         f"spark-2: the image under {REF} is {OTHER_ID}, not the head's {HEAD_ID}"
     )
-    failed, res = run_module(
+    failed, res = image_module(
         {"action": "verify", "node": "spark-2", "ref": REF, "expected_id": HEAD_ID, "pinned": True},
         d.env(),
         check=True,
     )
     assert failed and "not the pinned image" in res["msg"]
-    failed, res = run_module({"action": "probe", "node": "spark-2", "ref": REF}, d.env(), check=True)
+    failed, res = image_module({"action": "probe", "node": "spark-2", "ref": REF}, d.env(), check=True)
     assert not failed and res["image"]["id"] == OTHER_ID and res["changed"] is False
 
 
-@pytest.mark.skipif(not ANSIBLE.exists(), reason="ansible is not installed next to this python")
+@needs_ansible
 def test_module_preflight_refuses_a_short_node_before_anything_moves(tmp_path: Path) -> None:
     d = Docker(tmp_path, "spark-3")
     free = shutil.disk_usage(tmp_path).free
-    failed, res = run_module(
+    failed, res = image_module(
         {
             "action": "preflight",
             "node": "spark-3",

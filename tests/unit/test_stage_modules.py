@@ -4,10 +4,7 @@ and the failure messages that name the node and the file."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,46 +13,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import synth_checkpoint
+from modrun import needs_ansible, run_module
 
-REPO = Path(__file__).resolve().parents[2]
-ANSIBLE = Path(sys.executable).parent / "ansible"
-
-pytestmark = pytest.mark.skipif(not ANSIBLE.exists(), reason="ansible is not installed next to this python")
+pytestmark = needs_ansible
 
 
 def module(name: str, args: dict[str, Any], check: bool = False) -> tuple[bool, dict[str, Any]]:
-    """Run one module on localhost; (failed, result)."""
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_LIBRARY": str(REPO / "roles" / "spark_stage" / "library"),
-        "ANSIBLE_MODULE_UTILS": str(REPO / "roles" / "spark_stage" / "module_utils"),
-        "ANSIBLE_VARS_ENABLED": "host_group_vars",
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.minimal",
-        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    argv = [
-        str(ANSIBLE),
-        "localhost",
-        "-i",
-        "localhost,",
-        "-c",
-        "local",
-        "-m",
-        name,
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        "-a",
-        json.dumps(args),
-    ]
-    if check:
-        argv.append("--check")
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, timeout=180)
-    head, sep, body = proc.stdout.partition(" => ")
-    assert sep, proc.stdout + proc.stderr
-    res = json.loads(body)
-    return "FAILED" in head or bool(res.get("failed")), res
+    """Run one spark_stage module on localhost; (failed, result)."""
+    return run_module("spark_stage", name, args, check)
 
 
 @pytest.fixture(scope="module")

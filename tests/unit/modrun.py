@@ -1,0 +1,45 @@
+"""One node-side Ansible module run through Ansible itself on localhost (AnsiballZ packing the role's
+module_utils symlinks included), for the role modules' unit tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ANSIBLE = Path(sys.executable).parent / "ansible"
+
+needs_ansible = pytest.mark.skipif(not ANSIBLE.exists(),
+                                   reason="ansible is not installed next to this python")
+
+
+def run_module(role: str, name: str, args: dict[str, Any], check: bool = False,
+               env: dict[str, str] | None = None) -> tuple[bool, dict[str, Any]]:
+    """Run module ``name`` of ``roles/<role>`` on localhost with ``args``; (failed, result)."""
+    full_env = {
+        **os.environ,
+        **(env or {}),
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_LIBRARY": str(REPO / "roles" / role / "library"),
+        "ANSIBLE_MODULE_UTILS": str(REPO / "roles" / role / "module_utils"),
+        "ANSIBLE_VARS_ENABLED": "host_group_vars",
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.minimal",
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    argv = [str(ANSIBLE), "localhost", "-i", "localhost,", "-c", "local", "-m", name,
+            "-e", f"ansible_python_interpreter={sys.executable}", "-a", json.dumps(args)]
+    if check:
+        argv.append("--check")
+    proc = subprocess.run(argv, capture_output=True, text=True, env=full_env, cwd=REPO, timeout=180,
+                          check=False)
+    head, sep, body = proc.stdout.partition(" => ")
+    assert sep, proc.stdout + proc.stderr
+    res: dict[str, Any] = json.loads(body)
+    return "FAILED" in head or bool(res.get("failed")), res

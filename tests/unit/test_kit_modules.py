@@ -15,7 +15,7 @@ from sparkctl.nodeside import kit as nk
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 from modrun import needs_ansible, run_module
-from synth_kit import OVERLAYS, git, sha, write_kit
+from synth_kit import OVERLAYS, git, kit_repo, sha
 
 pytestmark = needs_ansible
 
@@ -27,11 +27,7 @@ def module(name: str, args: dict[str, Any], check: bool = False) -> tuple[bool, 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    r = write_kit(tmp_path / "kit-repo")
-    git(r, "init", "-q", "-b", "main")
-    git(r, "add", "-A")
-    git(r, "commit", "-qm", "kit")
-    return r
+    return kit_repo(tmp_path / "kit-repo")
 
 
 def source_args(repo: Path, cache: Path, commit: str) -> dict[str, Any]:

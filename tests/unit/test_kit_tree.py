@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-from synth_kit import OVERLAYS, git, sha, write_kit
+from synth_kit import OVERLAYS, git, kit_repo, sha, write_kit
 
 from sparkctl.nodeside import kit as nk
 from sparkctl.stage import kit as sk
@@ -22,11 +22,7 @@ from sparkctl.stage import kit as sk
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
-    r = write_kit(tmp_path / "kit-repo")
-    git(r, "init", "-q", "-b", "main")
-    git(r, "add", "-A")
-    git(r, "commit", "-qm", "kit")
-    return r
+    return kit_repo(tmp_path / "kit-repo")
 
 
 def prepare(repo: Path, cache: Path, commit: str, **kw: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_runs import reported_run
 from rich.console import Console
 
 from sparkctl.ansible import results, runner
@@ -44,17 +45,7 @@ class FakeRunner:
                 if h not in bad
             }
         }
-        return runner.RunResult(
-            plan=plan,
-            rc=2 if self.failures else 0,
-            status="failed" if self.failures else "successful",
-            stats={h: runner.HostStats(ok=9, failed=int(h in bad)) for h in NODES},
-            failures=list(self.failures),
-            artifact_dir=Path("/tmp/fake-run/artifacts/ansible"),
-            run_dir=Path("/tmp/fake-run"),
-            duration_s=3.0,
-            reported=reported,
-        )
+        return reported_run(plan, NODES, self.failures, reported, ok=9, duration_s=3.0)
 
 
 def test_stage_image_runs_the_stage_playbook_and_shows_the_id(

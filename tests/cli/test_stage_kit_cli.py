@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from fake_runs import reported_run
 
 from sparkctl.ansible import results, runner
 from sparkctl.ansible.plan import Plan, for_stage
@@ -47,12 +48,7 @@ class KitRunner:
                 "switched": False, "transfer": transfer, "image": {"checked": False, "reason": "absent"}}
             for h in NODES if h not in bad
         }}
-        return runner.RunResult(
-            plan=plan, rc=2 if self.failures else 0, status="failed" if self.failures else "successful",
-            stats={h: runner.HostStats(ok=5, failed=int(h in bad)) for h in NODES},
-            failures=list(self.failures), artifact_dir=Path("/tmp/fake-run/artifacts/ansible"),
-            run_dir=Path("/tmp/fake-run"), duration_s=1.0, reported=reported,
-        )
+        return reported_run(plan, NODES, self.failures, reported, ok=5, duration_s=1.0)
 
 
 @pytest.fixture

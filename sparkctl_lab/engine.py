@@ -84,28 +84,7 @@ def ensure_tree(log_path: Path | None = None) -> tuple[Path, float | None]:
     if (path / _COMPLETE_MARKER).is_file():
         return path, None
     host.require_tools(["debootstrap"])
-    mirror = rootfs.find_mirror()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f"{path.name}.tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    argv = ["debootstrap", f"--variant={rootfs.VARIANT}", f"--include={','.join(PACKAGES)}"]
-    if mirror.keyring and Path(mirror.keyring).is_file():
-        argv.append(f"--keyring={mirror.keyring}")
-    argv += [rootfs.SUITE, str(tmp), mirror.uri]
-    t0 = time.monotonic()
-    proc = host.run(argv, check=False, timeout=1800)
-    if log_path is not None:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_path.write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise SparkctlError(
-            f"debootstrap of the lab engine image failed (exit {proc.returncode}) from {mirror.uri}",
-            hint=f"see {log_path}" if log_path else "check the mirror and the network",
-            details=(proc.stderr or proc.stdout).strip().splitlines()[-6:],
-        )
-    seconds = time.monotonic() - t0
+    tmp, mirror, seconds = rootfs.debootstrap(path, PACKAGES, "the lab engine image", log_path)
     (tmp / _COMPLETE_MARKER).write_text(f"mirror={mirror.uri}\nbuild_seconds={seconds:.1f}\n")
     if path.exists():
         shutil.rmtree(path)

@@ -193,14 +193,17 @@ def ensure(log_path: Path | None = None) -> tuple[Path, float | None]:
     return path, build(path, log_path)
 
 
-def build(path: Path, log_path: Path | None = None) -> float:
-    host.require_tools(["debootstrap", "chroot"])
+def debootstrap(path: Path, packages: tuple[str, ...], what: str,
+                log_path: Path | None = None) -> tuple[Path, Mirror, float]:
+    """A fresh Debian tree with ``packages`` beside ``path`` (``<path>.tmp-<pid>``, stale ones
+    removed), debootstrap's output in ``log_path``: (tree, mirror, seconds). On failure the partial
+    tree is removed and the error names ``what`` and the mirror."""
     mirror = find_mirror()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     for stale in path.parent.glob(f"{path.name}.tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
-    argv = ["debootstrap", f"--variant={VARIANT}", f"--include={','.join(ROOTFS_PACKAGES)}"]
+    argv = ["debootstrap", f"--variant={VARIANT}", f"--include={','.join(packages)}"]
     if mirror.keyring and Path(mirror.keyring).is_file():
         argv.append(f"--keyring={mirror.keyring}")
     argv += [SUITE, str(tmp), mirror.uri]
@@ -213,12 +216,19 @@ def build(path: Path, log_path: Path | None = None) -> float:
         shutil.rmtree(tmp, ignore_errors=True)
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-6:]
         raise SparkctlError(
-            f"debootstrap of the lab rootfs failed (exit {proc.returncode}) from {mirror.uri}",
+            f"debootstrap of {what} failed (exit {proc.returncode}) from {mirror.uri}",
             hint=f"see {log_path}" if log_path else "check the mirror and the network",
             details=tail,
         )
+    return tmp, mirror, time.monotonic() - t0
+
+
+def build(path: Path, log_path: Path | None = None) -> float:
+    host.require_tools(["debootstrap", "chroot"])
+    tmp, mirror, seconds = debootstrap(path, ROOTFS_PACKAGES, "the lab rootfs", log_path)
+    t0 = time.monotonic()
     _fix_up(tmp)
-    seconds = time.monotonic() - t0
+    seconds += time.monotonic() - t0
     (tmp / _COMPLETE_MARKER).write_text(
         f"suite={SUITE}\nvariant={VARIANT}\nmirror={mirror.uri}\nbuild_seconds={seconds:.1f}\n"
         f"packages={','.join(ROOTFS_PACKAGES)}\n"

@@ -71,7 +71,7 @@ ROOTFS_PACKAGES: tuple[str, ...] = (
 )
 
 # Bump when the post-debootstrap fix-ups below change, so caches are rebuilt.
-_RECIPE_VERSION = "4"
+_RECIPE_VERSION = "5"
 _COMPLETE_MARKER = ".sparkctl-rootfs-complete"
 DEFAULT_CACHE_DIR = Path("/var/cache/sparkctl")
 
@@ -258,7 +258,9 @@ exec /usr/bin/udevadm.distrib "$@"
 """
 
 
-_PROCSYS_UNIT = "sparkctl-lab-netsysctl.service"
+# The lab's own units and files on a node stay out of the product's names (`sparkctl-*`): `sparkctl
+# reset` removes every `sparkctl-*` unit it finds, and must not take the lab's plumbing with it.
+_PROCSYS_UNIT = "labnode-netsysctl.service"
 _PROCSYS_UNIT_TEXT = """[Unit]
 Description=sparkctl lab: writable /proc/sys/net (this machine's own network namespace)
 DefaultDependencies=no
@@ -276,7 +278,7 @@ WantedBy=sysinit.target
 """
 
 
-_CGROUPS_SCRIPT = "/usr/local/sbin/sparkctl-lab-cgroups"
+_CGROUPS_SCRIPT = "/usr/local/sbin/labnode-cgroups"
 _CGROUPS_SCRIPT_TEXT = """#!/bin/sh
 # sparkctl lab: systemd-nspawn mounts the cgroup v1 controllers read-only, and the Docker engine
 # creates each container's cgroup in them. Mount every controller hierarchy afresh, read-write,
@@ -310,7 +312,7 @@ echo "still read-only: $(readonly_ctrls | tr '\n' ' ')" >&2
 exit 1
 """
 
-_CGROUPS_UNIT = "sparkctl-lab-cgroups.service"
+_CGROUPS_UNIT = "labnode-cgroups.service"
 _CGROUPS_UNIT_TEXT = f"""[Unit]
 Description=sparkctl lab: writable cgroup v1 controllers for the Docker engine
 DefaultDependencies=no
@@ -326,6 +328,9 @@ ExecStart={_CGROUPS_SCRIPT}
 [Install]
 WantedBy=sysinit.target
 """
+
+# Every unit the recipe installs on a node (tests check them against the product's unit names).
+NODE_UNITS = (_PROCSYS_UNIT, _CGROUPS_UNIT)
 
 # The engine's data root is a per-machine directory on the controller's ext4, bound at
 # /var/lib/docker (overlay2 refuses the overlayfs root the machines boot from). Bridge rules stay
@@ -388,7 +393,7 @@ def _fix_up(root: Path) -> None:
     for unit in DOCKER_UNITS:
         dropin = root / "etc/systemd/system" / f"{unit}.d"
         dropin.mkdir(parents=True, exist_ok=True)
-        (dropin / "sparkctl-lab.conf").write_text(
+        (dropin / "labnode.conf").write_text(
             f"[Unit]\nRequires={_CGROUPS_UNIT}\nAfter={_CGROUPS_UNIT}\n"
         )
     (root / "etc/docker").mkdir(parents=True, exist_ok=True)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sparkctl.errors import SparkctlError
 from sparkctl_lab import rootfs
+
+REPO = Path(__file__).resolve().parents[2]
 
 DEB822 = """\
 Types: deb
@@ -107,3 +111,14 @@ def test_prune_keeps_only_the_current_tree(tmp_path: Path) -> None:
         d.mkdir()
     assert rootfs.prune(keep) == [old]
     assert keep.exists() and other.exists() and not old.exists()
+
+
+def test_the_lab_units_on_a_node_are_not_in_the_names_reset_removes() -> None:
+    """`sparkctl reset` removes every unit in its namespace; the lab's plumbing (the writable cgroup
+    controllers the Docker engine requires) must survive it, or no container starts afterwards."""
+    defaults = yaml.safe_load((REPO / "roles/spark_reset/defaults/main.yml").read_text())
+    patterns = defaults["spark_reset_unit_patterns"]
+    assert patterns and all(p.startswith("sparkctl-") for p in patterns)
+    assert rootfs.NODE_UNITS
+    for unit in rootfs.NODE_UNITS:
+        assert not any(fnmatch.fnmatch(unit, p) for p in patterns), unit

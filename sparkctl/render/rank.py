@@ -289,6 +289,26 @@ def stop_timeout_s(cluster: Cluster, node: Node) -> int:
     return drain_s(cluster) + 15 if node.rank == 0 else 45
 
 
+NAME_FREE_TRIES = 30
+
+
+def free_name_script(name: str, tries: int = NAME_FREE_TRIES) -> str:
+    """Shell run before each start: remove the rank's old container and wait until its name is free.
+
+    A container left by an earlier start (exited, killed with its node, or still being created or
+    removed by the engine when the unit stopped) would make `docker run --name` fail with a name
+    conflict. One `docker rm --force` is not always enough while the engine is still busy with it,
+    so this removes and checks again, once a second, and fails the start naming the container when
+    the name is still taken after ``tries`` rounds."""
+    d = c.DOCKER
+    return (f"i=0; while {d} container inspect {name} >/dev/null 2>&1; do "
+            f"{d} rm --force {name} >/dev/null 2>&1 && echo \"removed the earlier container {name}\"; "
+            f"i=$((i + 1)); if [ $i -ge {int(tries)} ]; then "
+            f"echo \"container {name} still exists after {int(tries)} removals: "
+            f"$({d} container inspect --format '{{{{.State.Status}}}}' {name} 2>&1)\" >&2; exit 1; fi; "
+            "sleep 1; done")
+
+
 def rank_unit(cluster: Cluster, node: Node) -> str:
     """The systemd unit that runs this node's rank. It is started by `sparkctl up`, never at boot."""
     profile = cluster.profile
@@ -319,7 +339,7 @@ def rank_unit(cluster: Cluster, node: Node) -> str:
     ]
     if kind == "container":
         name = container_name(cluster, node)
-        lines.append(f"ExecStartPre=-{c.DOCKER} rm --force {name}")
+        lines.append("ExecStartPre=" + c.systemd_command(["/bin/sh", "-c", free_name_script(name)]))
     lines.append("ExecStart=" + c.systemd_command(launch_command(cluster, node)))
     if kind == "container":
         lines.append(f"ExecStop={c.DOCKER} stop --time {timeout - 15} {container_name(cluster, node)}")

@@ -60,11 +60,11 @@ lint: venv
 unit: venv sglang
 	SPARKCTL_SGLANG_PYTHON=$(CURDIR)/$(SGL_VENV)/bin/python $(BIN)/pytest -q tests/unit/test_sglang_parser.py
 	SPARKCTL_SGLANG_PYTHON=$(CURDIR)/$(SGL_VENV)/bin/python $(BIN)/sparkctl validate --strict -i inventory/example
-	$(BIN)/pytest -q tests/unit tests/cli
+	$(BIN)/pytest -q -n 4 tests/unit tests/cli
 
 # Includes tests/integration/test_wheel_install.py: the wheel check with `provision --check` on the lab.
 integration: venv apt
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q -m integration tests/integration
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q -p no:xdist --durations=25 -m integration tests/integration
 
 # The built wheel in a fresh venv outside the tree (scripts/wheel_check.sh); on the lab too when it is up.
 wheel-check: venv

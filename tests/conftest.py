@@ -14,6 +14,18 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "inventory" / "example"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _commands_registered() -> None:
+    """The CLI's commands, registered once per process before any test patches a command function.
+
+    Registration binds each command to its function; were it to happen first inside a test that
+    replaced, say, `serve.up` with a recorder, every later test in that process (one pytest-xdist
+    worker) would run the recorder as `sparkctl up`."""
+    from sparkctl.cli import _register
+
+    _register()
+
+
 @pytest.fixture
 def example_copy(tmp_path: Path) -> Path:
     """A writable copy of inventory/example (the documented four-Spark site)."""

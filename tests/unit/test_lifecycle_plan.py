@@ -80,9 +80,16 @@ def test_the_rolling_play_takes_one_node_at_a_time_and_stops_at_the_first_failur
     assert roles[2]["tasks_from"] == "verify.yml"
     down = _play("upgrade.yml", "group down")
     assert down.get("serial") is None and down["any_errors_fatal"] is True
-    # check mode reports the stop instead of waiting for units it cannot stop
+    # check mode reports the stop instead of waiting for units it cannot stop (spark_rank's stop,
+    # shared with down.yml and reset.yml)
     stop = next(t for t in down["tasks"] if t["name"] == "Stop the rank units in order")
-    assert stop["when"] == "not ansible_check_mode"
+    assert stop["vars"] == {"spark_rank_action": "stop"}
+    rank_stop = yaml.safe_load((REPO / "roles/spark_rank/tasks/stop.yml").read_text())
+    acting = next(t for t in rank_stop if "block" in t)
+    assert acting["when"] == "not ansible_check_mode"
+    assert {t["name"] for t in acting["block"]} >= {"Wait for every rank to leave within the grace period"}
+    report = next(t for t in rank_stop if t.get("ansible.builtin.debug"))
+    assert "ansible_check_mode" in report["when"]
     # the whole group agrees at the end
     final = _play("upgrade.yml", "agree again")
     assert final["roles"] == [{"role": "spark_preflight"}]

@@ -337,12 +337,12 @@ def rank_unit(cluster: Cluster, node: Node) -> str:
         f"EnvironmentFile={c.RANK_ENV_FILE}",
         f"WorkingDirectory={cluster.paths.run_dir}",
     ]
-    if kind == "container":
-        name = container_name(cluster, node)
+    name = container_name(cluster, node) if kind == "container" else None
+    if name:
         lines.append("ExecStartPre=" + c.systemd_command(["/bin/sh", "-c", free_name_script(name)]))
     lines.append("ExecStart=" + c.systemd_command(launch_command(cluster, node)))
-    if kind == "container":
-        lines.append(f"ExecStop={c.DOCKER} stop --time {timeout - 15} {container_name(cluster, node)}")
+    if name:
+        lines.append(f"ExecStop={c.DOCKER} stop --time {timeout - 15} {name}")
     lines += [
         "# Any exit fails the whole group: `sparkctl up` restarts all four ranks together, never one.",
         "Restart=no",

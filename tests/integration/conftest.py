@@ -44,8 +44,29 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+# The order of the modules on the one lab, so that each finds the state the one before left and
+# sets up only what differs: the lab's own checks; staging (the first to put weights on the nodes,
+# which every later module reuses); provisioning; serving (monitoring leaves the group up for
+# qualify and bench, which stop it); the supervisor; the vaulted key (its own inventory); the
+# lifecycle (`reset` takes everything off the nodes, then puts it back); the wheel. Every module
+# still sets up what it needs when run alone. Modules not listed run after these, by name.
+MODULE_ORDER = (
+    "test_image", "test_kit", "test_lab", "test_lab_docker", "test_stage",
+    "test_provision", "test_provision_fast", "test_revert", "test_thermals_lab",
+    "test_sim_by_hand", "test_serve", "test_up_fast", "test_monitoring_lab", "test_qa",
+    "test_watch", "test_vault", "test_lifecycle", "test_wheel_install",
+)  # fmt: skip
+
+
+def _module_rank(item: pytest.Item) -> tuple[int, str]:
+    name = item.path.stem
+    return (MODULE_ORDER.index(name) if name in MODULE_ORDER else len(MODULE_ORDER), name)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The lab's own teardown checks (test_lab.py) go very last: they take the lab down.
+    # Modules in MODULE_ORDER (a stable sort: the tests of a module keep their order). The lab's own
+    # teardown checks (lab_last; test_lab.py's at the very end) go last: they take the lab down.
+    items.sort(key=_module_rank)
     last = sorted(
         (it for it in items if it.get_closest_marker("lab_last")),
         key=lambda it: it.path.name == "test_lab.py",

@@ -7,6 +7,7 @@ earlier test already left rank 0 ready.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +32,9 @@ def _ready(lab: Lab) -> bool:
 
 
 @pytest.fixture(scope="module")
-def serving(lab: Lab) -> Lab:
+def serving(lab: Lab) -> Iterator[Lab]:
+    """The group serving: the one test_monitoring_lab left up when it ran just before, else started
+    here the way `make demo` does it. Stopped at the end."""
     if not _ready(lab):
         for verb in (["provision"], ["stage"], ["up", "--yes"]):  # --yes: ranks may run, not ready
             proc = lab.run_sparkctl(*verb, timeout=900)
@@ -40,7 +43,8 @@ def serving(lab: Lab) -> Lab:
                 f"sparkctl {what} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
             )
     assert _ready(lab)
-    return lab
+    yield lab
+    lab.run_sparkctl("down", timeout=600)
 
 
 def test_qualify_full_passes_on_the_lab(serving: Lab, tmp_path: Path) -> None:
@@ -72,8 +76,10 @@ def test_bench_writes_json_table_and_plot(serving: Lab, tmp_path: Path) -> None:
 
     rate = load_inventory(serving.inventory).profile.simulator.token_rate
     plot = tmp_path / "ladder.png"
+    # The short warm-up of --quick: R4's (three standard requests, then one full-length batch per
+    # level) is counted token by token against the simulator in tests/unit/test_qa_sim.py.
     args = (
-        "--concurrency", "1,4,16", "--repeats", "2", "--c1-samples", "3",
+        "--quick", "--concurrency", "1,4,16", "--repeats", "2", "--c1-samples", "3",
         "--prefill", "4K,16K,32K,64K,128K", "--plot", str(plot),
     )  # fmt: skip
     proc = serving.run_sparkctl("bench", *args, "--results", str(tmp_path), json_out=True)

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
 UNIT = "sparkctl-rank.service"
-MAX_RESTARTS = 3
+MAX_RESTARTS = 2
 SUPERVISOR = {"interval_s": 2, "settle_s": 1, "canary_failures": 2, "max_restarts": MAX_RESTARTS,
               "window_s": 3600}
 

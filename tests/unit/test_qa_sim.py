@@ -92,6 +92,7 @@ def _start(tmp_path: Path, nnodes: int = 1, **knobs: str) -> Sim:
                 "--context-length", str(CONTEXT),
                 "--max-running-requests", "8",
                 "--api-key", API_KEY,
+                "--enable-metrics",
             ]  # fmt: skip
             procs.append(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT))
     sim = Sim(procs, ports[0], log)
@@ -202,6 +203,31 @@ def test_bench_recovers_the_configured_token_rate(start_sim: Callable[..., Sim])
     assert len(level.batches) == 2 and level.excluded == 1  # C1 samples beyond the waves, warm-up excluded
     assert all(r.completion_tokens == 200 for b in level.batches for r in b.requests)
     assert level.mean == pytest.approx(rate, rel=0.05), level.samples
+
+
+def _generated_tokens(sim: Sim) -> int:
+    text = httpx.get(f"{sim.root}/metrics", timeout=5).text
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("sglang:generation_tokens_total")]
+    return int(float(line.split()[-1]))
+
+
+@pytest.mark.parametrize("warmup", ["published", "short"])
+def test_warm_ups_decode_what_their_definition_says(start_sim: Callable[..., Sim], warmup: str) -> None:
+    # R4's warm-up: the first three prompts at C1 with 64 tokens, then one full-length batch per
+    # level, all excluded; --quick's: one 64-token batch per level. Counted by the server itself.
+    sim = start_sim()
+    before = _generated_tokens(sim)
+    report = bench.run_bench(
+        discover(sim.root, api_key=API_KEY), workloads=["coding"], concurrency=[1, 4], waves=1, c1_samples=1,
+        warmup=warmup,
+    )  # fmt: skip
+    assert not report.errors, report.errors
+    measured = (1 + 4) * 200
+    warm = bench.STANDARD_WARMUPS * 64 + (1 + 4) * 200 if warmup == "published" else (1 + 4) * 64
+    assert _generated_tokens(sim) - before == measured + warm
+    assert [lvl.excluded for lvl in report.levels] == [1, 1]
+    assert all(len(lvl.batches) == 1 for lvl in report.levels)
+    assert report.to_dict()["sampling"]["warmup"] == warmup
 
 
 def test_bench_ladder_definitions_c16_and_prefill(start_sim: Callable[..., Sim], tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ adds command groups such as ``switch`` after the plain commands).
 
 Completion (``sparkctl --install-completion``) offers node names, ranks, profile names and
 provision tags. Node names and ranks come from the chosen inventory when it loads within
-``LOAD_BUDGET_S``; otherwise completion offers nothing rather than an error.
+``LOAD_BUDGET_S`` (``$SPARKCTL_COMPLETION_BUDGET_S`` on a slow or busy machine); otherwise
+completion offers nothing rather than an error.
 """
 
 from __future__ import annotations
@@ -40,6 +41,18 @@ PANELS = (INVENTORY, PROVISION, STAGE, SERVE, OBSERVE, QUALIFY, LAB)
 INVENTORY_ENV = "SPARKCTL_INVENTORY"
 # Completion runs on every <TAB>: an inventory that takes longer than this to load offers nothing.
 LOAD_BUDGET_S = 1.5
+BUDGET_ENV = "SPARKCTL_COMPLETION_BUDGET_S"
+
+
+def load_budget_s() -> float:
+    """Seconds completion waits for the inventory: $SPARKCTL_COMPLETION_BUDGET_S, else LOAD_BUDGET_S
+    (a value that is not a number >= 0 is ignored: completion never prints an error)."""
+    raw = os.environ.get(BUDGET_ENV, "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return LOAD_BUDGET_S
+    return value if value >= 0 else LOAD_BUDGET_S
 
 
 def example(*commands: str) -> str:
@@ -117,7 +130,7 @@ def _cluster(ctx: typer.Context) -> Cluster | None:
 
     worker = threading.Thread(target=load, name="sparkctl-complete", daemon=True)
     worker.start()
-    worker.join(LOAD_BUDGET_S)
+    worker.join(load_budget_s())
     return loaded[0] if loaded else None
 
 

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,19 +22,23 @@ from typer.main import get_command
 
 from sparkctl.cli import _register, app
 from sparkctl.cli import qa as qa_cli
-from sparkctl.cli.shell import PANELS
+from sparkctl.cli.shell import BUDGET_ENV, PANELS
 
 LIFECYCLE = ["validate", "plan", "profiles", "preflight", "provision", "switch", "check", "stage",
              "up", "down", "status", "logs", "bundle", "qualify", "bench"]
 NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
 BIN = Path(sys.executable).parent
+# These tests check what completion offers, not how fast: on a loaded machine (the unit tests run
+# beside the lab tests) loading the inventory can take longer than the interactive budget.
+GENEROUS_BUDGET = "60"
 
 
 def _complete_subprocess(words: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """What bash's completion function runs on <TAB>: sparkctl with the protocol's variables set."""
     cword = len(words.split()) - (0 if words.endswith(" ") else 1)
     environ = {k: v for k, v in os.environ.items() if k != "SPARKCTL_INVENTORY"}
-    environ.update(_SPARKCTL_COMPLETE="complete_bash", COMP_WORDS=words, COMP_CWORD=str(cword), **env)
+    environ.update(_SPARKCTL_COMPLETE="complete_bash", COMP_WORDS=words, COMP_CWORD=str(cword))
+    environ.update({BUDGET_ENV: GENEROUS_BUDGET, **env})
     return subprocess.run([sys.executable, "-m", "sparkctl"], env=environ, cwd=cwd, capture_output=True,
                           text=True, timeout=60, check=False)
 
@@ -48,6 +53,7 @@ def complete(run_cli: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
         monkeypatch.setenv("COMP_WORDS", words)
         monkeypatch.setenv("COMP_CWORD", str(cword))
         monkeypatch.delenv("SPARKCTL_INVENTORY", raising=False)
+        monkeypatch.setenv(BUDGET_ENV, GENEROUS_BUDGET)
         for key, value in env.items():
             monkeypatch.setenv(key, value)
         res = run_cli()
@@ -118,7 +124,7 @@ def test_bash_completion_protocol_offers_node_names(tmp_path: Path, example_copy
 def test_bash_runs_the_installed_completion_function(tmp_path: Path, example_copy: Path) -> None:
     """The script `sparkctl --show-completion bash` prints, sourced into bash, fills COMPREPLY."""
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-           "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+           "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1", BUDGET_ENV: GENEROUS_BUDGET}
     script = subprocess.run(["sparkctl", "--show-completion", "bash"], env=env, capture_output=True,
                             text=True, timeout=60, check=True).stdout
     assert "_SPARKCTL_COMPLETE=complete_bash" in script
@@ -139,6 +145,25 @@ def test_bash_runs_the_installed_completion_function(tmp_path: Path, example_cop
 
 
 # --- completion of values (in-process, same protocol) ----------------------------------------------
+
+
+def test_an_inventory_slower_than_the_budget_offers_nothing_and_waits_no_longer(
+    complete: Any, example_copy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sparkctl.cli import shell
+
+    def slow(path: Path) -> Any:
+        time.sleep(2.0)  # past the budget: completion must have answered already
+        raise RuntimeError("too slow")
+
+    monkeypatch.setattr(shell, "load_inventory", slow)
+    t0 = time.monotonic()
+    assert complete("sparkctl logs ", SPARKCTL_INVENTORY=str(example_copy), **{BUDGET_ENV: "0.2"}) == []
+    assert time.monotonic() - t0 < 1.5
+    for raw, budget in (("0.2", 0.2), ("", shell.LOAD_BUDGET_S), ("soon", shell.LOAD_BUDGET_S),
+                        ("-1", shell.LOAD_BUDGET_S)):
+        monkeypatch.setenv(BUDGET_ENV, raw)
+        assert shell.load_budget_s() == budget
 
 
 def test_completion_of_ranks_uses_the_inventory_from_the_environment(

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 APT_PACKAGES := systemd-container debootstrap openssh-client openssh-server iproute2 iputils-ping nftables rsync e2fsprogs util-linux procps prometheus git
 
-.PHONY: help venv sglang apt demo test unit integration wheel-check constraints lint bench lab-up lab-down clean
+.PHONY: help venv sglang apt demo test unit timing integration wheel-check constraints lint bench lab-up lab-down clean
 
 help:
 	@echo "make demo   - bring the local lab up and run the whole flow on it (root, Linux)"
@@ -57,10 +57,17 @@ lint: venv
 	$(BIN)/yamllint -s .
 	PATH=$(CURDIR)/$(BIN):$$PATH ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg $(BIN)/ansible-lint --profile production -q playbooks roles
 
+# UNIT_MARKS narrows the unit/CLI run (`make test` runs the wall-clock tests on their own first).
+UNIT_MARKS ?= not integration
 unit: venv sglang
 	SPARKCTL_SGLANG_PYTHON=$(CURDIR)/$(SGL_VENV)/bin/python $(BIN)/pytest -q tests/unit/test_sglang_parser.py
 	SPARKCTL_SGLANG_PYTHON=$(CURDIR)/$(SGL_VENV)/bin/python $(BIN)/sparkctl validate --strict -i inventory/example
-	$(BIN)/pytest -q -n 4 tests/unit tests/cli
+	$(BIN)/pytest -q -n 4 -m "$(UNIT_MARKS)" tests/unit tests/cli
+
+# The tests that hold the simulator's speeds, timeouts or parallelism to the wall clock: on a busy
+# 2-core machine they would measure the machine, so `make test` runs them before anything else.
+timing: venv
+	$(BIN)/pytest -q -n 2 -m timing tests/unit tests/cli
 
 # Includes tests/integration/test_wheel_install.py: the wheel check with `provision --check` on the lab.
 integration: venv apt
@@ -79,11 +86,14 @@ constraints: venv
 # The lab tests spend much of their time waiting on the lab (boots, readiness, timers), so lint and
 # the unit/CLI tests run beside them, their output kept in $(CHECKS_LOG) and printed when both are
 # done (SGLang's parser venv, which only the unit half needs, is built there too); the target fails
-# when either side fails. `make lint unit integration` runs them one by one.
+# when either side fails. The wall-clock tests (marker `timing`) run first, alone on the machine.
+# `make lint unit integration` runs everything one by one.
 CHECKS_LOG := .test-checks.log
 test: venv apt
+	@$(MAKE) --no-print-directory timing
 	@rm -f $(CHECKS_LOG); \
-	( $(MAKE) --no-print-directory lint unit > $(CHECKS_LOG) 2>&1; echo "exit $$?" >> $(CHECKS_LOG) ) & \
+	( $(MAKE) --no-print-directory lint unit UNIT_MARKS="not integration and not timing" > $(CHECKS_LOG) 2>&1; \
+	  echo "exit $$?" >> $(CHECKS_LOG) ) & \
 	checks=$$!; \
 	$(MAKE) --no-print-directory integration; integration=$$?; \
 	wait $$checks; \

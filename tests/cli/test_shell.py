@@ -147,6 +147,7 @@ def test_bash_runs_the_installed_completion_function(tmp_path: Path, example_cop
 # --- completion of values (in-process, same protocol) ----------------------------------------------
 
 
+@pytest.mark.timing
 def test_an_inventory_slower_than_the_budget_offers_nothing_and_waits_no_longer(
     complete: Any, example_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

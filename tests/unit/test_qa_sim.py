@@ -191,6 +191,7 @@ def test_wrong_key_is_an_input_error(start_sim: Callable[..., Sim]) -> None:
         discover(sim.root, api_key="not-the-key")
 
 
+@pytest.mark.timing
 def test_bench_recovers_the_configured_token_rate(start_sim: Callable[..., Sim]) -> None:
     rate = 120.0
     sim = start_sim(SPARKCTL_SIM_TOKEN_RATE=str(rate), SPARKCTL_SIM_TTFT_S="0.05")
@@ -230,6 +231,7 @@ def test_warm_ups_decode_what_their_definition_says(start_sim: Callable[..., Sim
     assert report.to_dict()["sampling"]["warmup"] == warmup
 
 
+@pytest.mark.timing
 def test_bench_ladder_definitions_c16_and_prefill(start_sim: Callable[..., Sim], tmp_path: Path) -> None:
     # 8 slots, as the profiles serve; a slow prefill so TTFT is large enough to separate the definitions.
     sim = start_sim(
@@ -389,6 +391,7 @@ def test_cli_qualify_exits_1_naming_the_failed_check(
     assert "simulator" in res.out
 
 
+@pytest.mark.timing
 def test_the_simulator_prefills_one_request_at_a_time(start_sim: Callable[..., Sim]) -> None:
     # One engine: prompts arriving together queue for the prefill, so TTFT grows with concurrency.
     sim = start_sim(SPARKCTL_SIM_PREFILL_RATE="4000", SPARKCTL_SIM_TTFT_S="0")

@@ -140,6 +140,7 @@ def cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
         c.stop()
 
 
+@pytest.mark.timing
 def test_ready_only_when_all_joined_duplicate_refused_and_peer_loss_seen(
     cluster: Callable[..., Cluster],
 ) -> None:
@@ -197,6 +198,7 @@ def test_worker_waits_for_an_unreachable_head_and_a_wrong_nnodes_is_refused(
     assert c.status(0, "/health") == 200  # a refused stranger does not hurt the formed group
 
 
+@pytest.mark.timing
 def test_silent_peer_is_lost_by_heartbeat_and_workers_leave_without_rank0(
     cluster: Callable[..., Cluster],
 ) -> None:
@@ -217,6 +219,7 @@ def test_silent_peer_is_lost_by_heartbeat_and_workers_leave_without_rank0(
     assert "lost rank 0" in c.log("r1")
 
 
+@pytest.mark.timing
 def test_workers_ignore_sigterm_and_rank0_drains_then_stops_everyone(cluster: Callable[..., Cluster]) -> None:
     c = cluster(env={"SPARKCTL_SIM_TOKEN_RATE": "50"}, extra=["--enable-metrics"])
     for rank in range(4):
@@ -249,6 +252,7 @@ def test_workers_ignore_sigterm_and_rank0_drains_then_stops_everyone(cluster: Ca
     assert "received the rank-0 shutdown broadcast" in c.log("r2")
 
 
+@pytest.mark.timing
 def test_force_shutdown_skips_the_drain(cluster: Callable[..., Cluster]) -> None:
     c = cluster(nnodes=2, env={"SPARKCTL_SIM_TOKEN_RATE": "5", "SGL_FORCE_SHUTDOWN": "1"})
     c.start(0)
@@ -356,6 +360,7 @@ def stream(api: Cluster, body: dict[str, Any]) -> tuple[list[tuple[float, dict[s
     return events, start
 
 
+@pytest.mark.timing
 def test_stream_and_token_rate_within_5_percent(api: Cluster) -> None:
     body = {"max_tokens": 101, "ignore_eos": True, "stream_options": {"include_usage": True},
             "messages": [{"role": "user", "content": "Write a story about a harbour."}]}  # fmt: skip
@@ -386,6 +391,7 @@ def test_streamed_tool_call(api: Cluster) -> None:
     assert events[-1][1]["choices"][0]["finish_reason"] == "tool_calls"
 
 
+@pytest.mark.timing
 def test_concurrency_is_capped_with_queueing(api: Cluster) -> None:
     body = {"max_tokens": 26, "ignore_eos": True, "messages": [{"role": "user", "content": "Write."}]}
     single_start = time.monotonic()

@@ -65,6 +65,7 @@ def test_fanout_reports_every_host_including_unreachable(sshd: FakeSshd) -> None
     assert "connection refused" in (results["c"].error or "")
 
 
+@pytest.mark.timing
 def test_four_hosts_run_at_once(sshd: FakeSshd) -> None:
     targets = [_target(sshd, f"n{i}") for i in range(4)]
     with Fleet(targets) as fleet:

@@ -44,6 +44,7 @@ def test_a_failed_flush_is_raised_at_close(tmp_path: Path, monkeypatch: pytest.M
         flusher.close()
 
 
+@pytest.mark.timing
 def test_connect_reaches_a_late_upstream_within_a_fraction_of_a_second() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -66,6 +67,7 @@ def test_connect_reaches_a_late_upstream_within_a_fraction_of_a_second() -> None
     assert time.monotonic() - started < 0.45  # a fixed 0.5 s poll would take at least 0.5 s
 
 
+@pytest.mark.timing
 def test_connect_gives_up_at_its_deadline_naming_the_upstream() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

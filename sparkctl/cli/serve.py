@@ -380,8 +380,15 @@ def up(
                 raise bootwatch.GateFailure("memory guard", guard.breach.node, guard.breach.describe())
         except BaseException as exc:
             guard.stop()
-            if guard.breach is not None and not isinstance(exc, bootwatch.GateFailure | KeyboardInterrupt):
-                exc = bootwatch.GateFailure("memory guard", guard.breach.node, guard.breach.describe())
+            # A breach kills every rank: whatever failed after it (a gate seeing a rank unit exit,
+            # an error) is its consequence, and the breach is what the admin must be told.
+            if guard.breach is not None and not isinstance(exc, KeyboardInterrupt) and not (
+                isinstance(exc, bootwatch.GateFailure) and exc.gate == "memory guard"
+            ):
+                seen = exc if isinstance(exc, bootwatch.GateFailure) else None
+                exc = bootwatch.GateFailure("memory guard", guard.breach.node, guard.breach.describe(),
+                                            seen.log_tail if seen else "")
+                exc.record_dir = seen.record_dir if seen else None
             reason = (f"gate {exc.gate!r} failed" if isinstance(exc, bootwatch.GateFailure)
                       else "interrupted" if isinstance(exc, KeyboardInterrupt)
                       else "the start failed")

@@ -192,6 +192,39 @@ def test_memory_floor_aborts_and_stops_everything(run_cli: Any, tmp_path: Path,
     assert any(json.loads(s)["node"] == "spark-1" for s in samples)
 
 
+
+def test_a_gate_that_fails_after_a_guard_breach_reports_the_breach(run_cli: Any, site: Site,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # The guard's own thread sees spark-1 below the floor and kills every rank; memory comes back,
+    # and the boot watch's next sample sees a rank unit that exited. The breach is the cause.
+    from sparkctl.serve.guard import Breach
+
+    guards: list[Any] = []
+
+    class Guard:
+        def __init__(self, cluster: Any, doc: Any, fleet: Any, on_breach: Any) -> None:
+            self.breach: Breach | None = None
+            self.record_dir: Path | None = None
+            guards.append(self)
+
+        def start(self) -> None: ...
+
+        def stop(self) -> None: ...
+
+    def killed_by_the_guard(state: dict[str, Any]) -> None:
+        guards[0].breach = Breach("spark-1", int(2.2 * GIB), int(2.5 * GIB), 0.0)
+        for st in state.values():
+            st.unit = "failed"
+
+    monkeypatch.setattr(serve, "MemoryGuard", Guard)
+    site.after_up = killed_by_the_guard
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == EXIT_FAILED, res.out + res.err
+    said = " ".join(res.err.replace("│", " ").split())  # the error box, unwrapped
+    assert "failed at the gate 'memory guard' on spark-1" in said, res.err
+    assert "MemAvailable 2.20 GiB below the floor 2.50 GiB" in said, res.err
+    assert site.books() == ["up.yml", "down.yml"]
+
 def test_failed_start_playbook_stops_everything(run_cli: Any, site: Site) -> None:
     site.fail_playbook = "up.yml"
     res = run_cli("-i", str(site.inventory), "up")

@@ -377,7 +377,7 @@ def up(
                                               fast, timeline, started)
             guard.record_dir = run_dir
             if guard.breach is not None:
-                raise bootwatch.GateFailure("memory guard", guard.breach.node, guard.breach.describe())
+                raise _breach_failure(guard.breach, None)
         except BaseException as exc:
             guard.stop()
             # A breach kills every rank: whatever failed after it (a gate seeing a rank unit exit,
@@ -385,10 +385,7 @@ def up(
             if guard.breach is not None and not isinstance(exc, KeyboardInterrupt) and not (
                 isinstance(exc, bootwatch.GateFailure) and exc.gate == "memory guard"
             ):
-                seen = exc if isinstance(exc, bootwatch.GateFailure) else None
-                exc = bootwatch.GateFailure("memory guard", guard.breach.node, guard.breach.describe(),
-                                            seen.log_tail if seen else "")
-                exc.record_dir = seen.record_dir if seen else None
+                exc = _breach_failure(guard.breach, exc if isinstance(exc, bootwatch.GateFailure) else None)
             reason = (f"gate {exc.gate!r} failed" if isinstance(exc, bootwatch.GateFailure)
                       else "interrupted" if isinstance(exc, KeyboardInterrupt)
                       else "the start failed")
@@ -430,6 +427,15 @@ def up(
     finally:
         fleet.close()
         http.close()
+
+
+def _breach_failure(breach: Any, seen: bootwatch.GateFailure | None) -> bootwatch.GateFailure:
+    """The memory guard's breach as the failed gate, with the log tail and records of the gate that
+    failed after it (``seen``), if any."""
+    tail = seen.log_tail if seen else ""
+    failure = bootwatch.GateFailure("memory guard", breach.node, breach.describe(), tail)
+    failure.record_dir = seen.record_dir if seen else None
+    return failure
 
 
 def _guard_fleet(cluster: Any) -> Any:

@@ -12,6 +12,7 @@ help:
 	@echo "make demo   - bring the local lab up and run the whole flow on it (root, Linux)"
 	@echo "make test   - lint + unit + CLI + integration tests (integration needs root)"
 	@echo "make lint   - ruff, mypy, yamllint, ansible-lint (production profile)"
+	@echo "make timing - the wall-clock tests alone (simulator speeds, timeouts, parallelism)"
 	@echo "make bench  - benchmarks under bench/ (ratios against in-run baselines)"
 	@echo "make wheel-check - build the wheel, install it in a fresh venv outside the tree, run it"
 

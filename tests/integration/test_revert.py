@@ -7,6 +7,7 @@ and the controller must get back in.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -105,6 +106,32 @@ def test_a_limited_provision_keeps_every_node_in_the_ssh_mesh(provisioned: Any) 
         assert any(line.startswith(f"{node},") for line in pinned.splitlines()), (node, pinned)
 
 
+def _writers(under: Path) -> list[int]:
+    """PIDs of the processes whose environment names `under` (ansible-runner gives it to
+    ansible-playbook, which hands it on to every worker it forks)."""
+    needle = str(under).encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes():
+                pids.append(int(entry.name))
+        except OSError:  # gone meanwhile, or a kernel thread
+            continue
+    return pids
+
+
+def _kill_writers(under: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while pids := _writers(under):
+        assert time.monotonic() < deadline, f"processes still writing under {under}: {pids}"
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+
+
 def test_a_provision_killed_mid_way_leaves_no_secret_in_its_records(provisioned: Any, tmp_path: Path) -> None:
     """A secret in the controller's environment (HF_TOKEN here) must not reach the run records even
     when sparkctl and ansible-playbook are killed without any chance to clean up."""
@@ -124,6 +151,10 @@ def test_a_provision_killed_mid_way_leaves_no_secret_in_its_records(provisioned:
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
+        # ansible-runner starts ansible-playbook in a session of its own (a pty), so the group kill
+        # never reached it: kill it and its workers too, and read the records only once nothing
+        # writes there any more (a listed event file could otherwise be renamed under the read).
+        _kill_writers(runs)
     files = [p for p in runs.rglob("*") if p.is_file()]
     assert files, "the run wrote no records"
     for path in files:

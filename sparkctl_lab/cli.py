@@ -113,6 +113,29 @@ def up_cmd(
     )
 
 
+@lab_app.command("build", epilog=example("sparkctl lab build"))
+def build_cmd(ctx: typer.Context) -> None:
+    """Build the lab's caches (rootfs, base engine image, synthetic kit) without starting anything."""
+    from sparkctl_lab import control
+
+    caches = control.build(log=_log(ctx))
+    if _json(ctx):
+        ui.print_json(
+            {
+                "rootfs": str(caches.rootfs),
+                "rootfs_build_s": caches.rootfs_build_s,
+                "engine_tarball": str(caches.tarball.path),
+                "engine_build_s": caches.engine_build_s,
+                "kit_commit": caches.kit.commit,
+            }
+        )
+        return
+    built = [f"rootfs {caches.rootfs_build_s:.0f}s" if caches.rootfs_build_s is not None else "",
+             f"engine image {caches.engine_build_s:.0f}s" if caches.engine_build_s is not None else ""]
+    done = ", ".join(b for b in built if b) or "everything was cached"
+    ui.console.print(f"{ui.OK} lab caches ready ({done}): {caches.rootfs}")
+
+
 @lab_app.command("down", epilog=example("sparkctl lab down"))
 def down_cmd(ctx: typer.Context) -> None:
     """Remove everything the lab made: containers, namespaces, links, mounts, loop devices, inventory."""

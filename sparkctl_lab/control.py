@@ -112,6 +112,41 @@ def lab_inventory_for(
     )
 
 
+@dataclass
+class Caches:
+    """What every `lab up` boots from, built once and kept under the cache directory."""
+
+    rootfs: Path
+    rootfs_build_s: float | None  # None: it was cached
+    tarball: engine.Tarball
+    kit: kit.KitRepo
+
+    @property
+    def engine_build_s(self) -> float | None:
+        if self.tarball.tree_build_s is None and self.tarball.tar_s is None:
+            return None
+        return (self.tarball.tree_build_s or 0.0) + (self.tarball.tar_s or 0.0)
+
+
+def _ensure_caches(log: Log) -> Caches:
+    if not rootfs.is_built(rootfs.rootfs_path()):
+        log(f"building the lab rootfs (debootstrap {rootfs.SUITE}, once) into {rootfs.rootfs_path()}")
+    rootfs_dir, build_s = rootfs.ensure(rootfs.cache_dir() / "rootfs-build.log")
+    if not (engine.tree_path() / ".sparkctl-engine-complete").is_file():
+        log(f"building the lab engine image (debootstrap {rootfs.SUITE}, once) into {engine.tree_path()}")
+    tarball = engine.ensure_tarball(rootfs.cache_dir() / "engine-build.log")
+    return Caches(rootfs_dir, build_s, tarball, kit.ensure())
+
+
+def build(log: Log = _nothing) -> Caches:
+    """Build (or find) the lab's caches, the rootfs, the base engine image and the synthetic kit,
+    starting nothing: a later `lab up` boots at once. Under the lab lock, so a `lab up` at the same
+    time waits for it instead of building beside it."""
+    host.require_root_linux("build")
+    with state.locked():
+        return _ensure_caches(log)
+
+
 def up(inventory_dir: Path, nvme: dict[str, int] | None = None, log: Log = _nothing) -> UpReport:
     """Bring the lab up (idempotent): build/reuse the rootfs, wire, boot, write the inventory."""
     host.require_root_linux("up")
@@ -126,13 +161,8 @@ def _up(inventory_dir: Path, nvme: dict[str, int] | None, log: Log) -> UpReport:
     if nvme:
         host.require_tools(["losetup", "mkfs.ext4"])
     t0 = time.monotonic()
-    if not rootfs.is_built(rootfs.rootfs_path()):
-        log(f"building the lab rootfs (debootstrap {rootfs.SUITE}, once) into {rootfs.rootfs_path()}")
-    rootfs_dir, build_s = rootfs.ensure(rootfs.cache_dir() / "rootfs-build.log")
-    if not (engine.tree_path() / ".sparkctl-engine-complete").is_file():
-        log(f"building the lab engine image (debootstrap {rootfs.SUITE}, once) into {engine.tree_path()}")
-    tarball = engine.ensure_tarball(rootfs.cache_dir() / "engine-build.log")
-    kit_repo = kit.ensure()
+    caches = _ensure_caches(log)
+    rootfs_dir, build_s, tarball, kit_repo = caches.rootfs, caches.rootfs_build_s, caches.tarball, caches.kit
 
     st = state.load()
     if st is not None and st.rootfs != str(rootfs_dir):
@@ -164,8 +194,7 @@ def _up(inventory_dir: Path, nvme: dict[str, int] | None, log: Log) -> UpReport:
     ensure_mgmt_bridge()
     report = UpReport(inventory_dir=inventory_dir, rootfs=rootfs_dir, rootfs_build_s=build_s,
                       kit_commit=kit_repo.commit)
-    if tarball.tree_build_s is not None or tarball.tar_s is not None:
-        report.engine_build_s = (tarball.tree_build_s or 0.0) + (tarball.tar_s or 0.0)
+    report.engine_build_s = caches.engine_build_s
     # The switch first: the nodes' fabric veths plug into its namespace.
     try:
         for m in [topo.SWITCH_NAME, *topo.node_names()]:

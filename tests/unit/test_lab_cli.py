@@ -13,6 +13,7 @@ from sparkctl_lab import host
 @pytest.mark.parametrize(
     "args",
     [
+        ("lab", "build"),
         ("lab", "up"),
         ("lab", "down"),
         ("lab", "status"),
@@ -62,3 +63,50 @@ def test_missing_tools_name_the_apt_package(monkeypatch: pytest.MonkeyPatch) -> 
         host.require_tools(["systemd-nspawn", "mkfs.ext4"])
     assert err.value.exit_code == 2
     assert "systemd-container" in (err.value.hint or "") and "e2fsprogs" in (err.value.hint or "")
+
+
+def test_build_makes_the_caches_under_the_lab_lock_and_starts_nothing(
+    run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    import contextlib
+    import json
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from sparkctl_lab import control, engine, kit, rootfs, state
+
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    monkeypatch.setattr("platform.system", lambda: "Linux")
+    calls: list[str] = []
+
+    @contextlib.contextmanager
+    def locked() -> Iterator[None]:
+        calls.append("lock")
+        yield
+        calls.append("unlock")
+
+    def ensure(log_path: Any = None) -> tuple[Path, float | None]:
+        calls.append("rootfs")
+        return tmp_path / "rootfs", 91.5
+
+    def tarball(log_path: Any = None) -> engine.Tarball:
+        calls.append("engine")
+        return engine.Tarball(tmp_path / "engine.tar", "k" * 16, 40.0, 2.5)
+
+    def kit_ensure(path: Any = None) -> kit.KitRepo:
+        calls.append("kit")
+        return kit.KitRepo(path=tmp_path / "kit", commit="c" * 40, written=False)
+
+    monkeypatch.setattr(state, "locked", locked)
+    monkeypatch.setattr(rootfs, "ensure", ensure)
+    monkeypatch.setattr(rootfs, "is_built", lambda path: False)
+    monkeypatch.setattr(engine, "ensure_tarball", tarball)
+    monkeypatch.setattr(kit, "ensure", kit_ensure)
+    monkeypatch.setattr(control, "start_machine", lambda *a, **k: pytest.fail("build started a machine"))
+    result = run_cli("--json", "lab", "build")
+    assert result.code == 0, result.err
+    assert calls == ["lock", "rootfs", "engine", "kit", "unlock"]
+    doc = json.loads(result.out)
+    assert doc == {"rootfs": str(tmp_path / "rootfs"), "rootfs_build_s": 91.5,
+                   "engine_tarball": str(tmp_path / "engine.tar"), "engine_build_s": 42.5,
+                   "kit_commit": "c" * 40}

@@ -130,9 +130,12 @@ def build_cmd(ctx: typer.Context) -> None:
             }
         )
         return
-    built = [f"rootfs {caches.rootfs_build_s:.0f}s" if caches.rootfs_build_s is not None else "",
-             f"engine image {caches.engine_build_s:.0f}s" if caches.engine_build_s is not None else ""]
-    done = ", ".join(b for b in built if b) or "everything was cached"
+    built = []
+    if caches.rootfs_build_s is not None:
+        built.append(f"rootfs {caches.rootfs_build_s:.0f}s")
+    if caches.engine_build_s is not None:
+        built.append(f"engine image {caches.engine_build_s:.0f}s")
+    done = ", ".join(built) or "everything was cached"
     ui.console.print(f"{ui.OK} lab caches ready ({done}): {caches.rootfs}")
 
 

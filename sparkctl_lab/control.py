@@ -162,7 +162,7 @@ def _up(inventory_dir: Path, nvme: dict[str, int] | None, log: Log) -> UpReport:
         host.require_tools(["losetup", "mkfs.ext4"])
     t0 = time.monotonic()
     caches = _ensure_caches(log)
-    rootfs_dir, build_s, tarball, kit_repo = caches.rootfs, caches.rootfs_build_s, caches.tarball, caches.kit
+    rootfs_dir, kit_repo = caches.rootfs, caches.kit
 
     st = state.load()
     if st is not None and st.rootfs != str(rootfs_dir):
@@ -192,7 +192,7 @@ def _up(inventory_dir: Path, nvme: dict[str, int] | None, log: Log) -> UpReport:
 
     pub = _ensure_controller_files()
     ensure_mgmt_bridge()
-    report = UpReport(inventory_dir=inventory_dir, rootfs=rootfs_dir, rootfs_build_s=build_s,
+    report = UpReport(inventory_dir=inventory_dir, rootfs=rootfs_dir, rootfs_build_s=caches.rootfs_build_s,
                       kit_commit=kit_repo.commit)
     report.engine_build_s = caches.engine_build_s
     # The switch first: the nodes' fabric veths plug into its namespace.
@@ -214,7 +214,7 @@ def _up(inventory_dir: Path, nvme: dict[str, int] | None, log: Log) -> UpReport:
     report.system = states
     report.docker = {n: docker_state(n, st) for n in nodes}
     # The base engine image goes to the head only; workers get images through `sparkctl stage image`.
-    report.image_import_s = engine.import_image(nodes[0], st, tarball)
+    report.image_import_s = engine.import_image(nodes[0], st, caches.tarball)
     if report.image_import_s is not None:
         log(f"imported {engine.IMAGE} on {nodes[0]} in {report.image_import_s:.1f}s")
     report.seconds = time.monotonic() - t0

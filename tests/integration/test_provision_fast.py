@@ -2,7 +2,7 @@
 date, 0 changed) and still catches drift: a rendered file edited by hand on one node runs that
 node's role again, which reports the change; the run after it is a fast no-op again.
 
-How fast is bench/provision_noop.py's to measure (medians of interleaved repeats against --full):
+The seconds are bench/provision_noop.py's to measure (medians of interleaved repeats against --full);
 here a fast no-op is one that runs only a handful of tasks per node, whatever the machine's load."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 # Tasks that reach a node in a no-op run: preflight, the one spark_applied read, the decisions and
-# the report (23 on the lab, 27 on the head). One role that runs again makes it 43; --full, 88.
+# the report (23 on the lab, 27 on the head). One role that runs again makes 43-48; --full, 88-93.
 FAST_TASKS = 30
 
 
@@ -42,8 +42,7 @@ def _ran(doc: dict[str, Any]) -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def provisioned(lab: Any) -> dict[str, Any]:
     lab.heal()
-    doc = _provision(lab)  # whatever the nodes held before: afterwards every role is recorded
-    return doc
+    return _provision(lab)  # whatever the nodes held before: afterwards every role is recorded
 
 
 def test_a_no_op_provision_is_fast_and_changes_nothing(lab: Any, provisioned: dict[str, Any]) -> None:

@@ -19,9 +19,11 @@ Tests marked ``lab_last`` run after every other test of the session (e.g. the `d
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -192,6 +194,56 @@ class Lab:
                     f"sparkctl stage {what} exited {proc.returncode}: {(proc.stderr or proc.stdout)[-2000:]}"
                 )
 
+    # --- fixtures' preconditions, cached inside the session -------------------------------------
+
+    def ensure_staged(self, *args: str, timeout: float = 1800) -> bool:
+        """`sparkctl stage ARGS` as a module fixture's precondition. Skipped (False)
+        when the same stage already succeeded in this session and nothing it reads or writes has
+        changed since: the inventory's files, the controller's checkpoint and kit sources, and on
+        every node the staged trees (path, type, size, mode, link target and ctime of every entry:
+        any write, even one that keeps the mtime, moves the ctime) and the engine images' IDs.
+        Tests of `stage` itself call it directly; this is only for modules that need its result."""
+        key = (str(self.inventory), *args)
+        if _STAGED.get(key) == self._stage_fingerprint(self.inventory):
+            return False
+        _STAGED.clear()  # one staged state at a time: the last stage that ran defines it
+        proc = self.run_sparkctl("stage", *args, timeout=timeout)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout)[-2000:]
+            raise AssertionError(f"sparkctl stage {' '.join(args)} exited {proc.returncode}: {tail}")
+        _STAGED[key] = self._stage_fingerprint(self.inventory)
+        return True
+
+    def _stage_fingerprint(self, inv: Path) -> str:
+        from sparkctl.model import load_inventory
+
+        cluster = load_inventory(inv)
+        digest = hashlib.sha256()
+        for f in sorted(p for p in inv.rglob("*") if p.is_file()):
+            digest.update(f"{f.relative_to(inv)}\0".encode() + f.read_bytes())
+        sources = [cluster.checkpoint.path if cluster.checkpoint else None]
+        if cluster.kit is not None:
+            sources += [cluster.kit.path, cluster.kit.url]
+        for src in sources:
+            if src and Path(str(src)).exists():
+                digest.update(_tree_listing(Path(str(src))).encode())
+        paths = cluster.paths
+        trees = " ".join(
+            shlex.quote(str(p))
+            for p in (paths.model_dir, paths.engram_dir, paths.run_dir / "kit", paths.run_dir / "images")
+        )
+        # `stage` itself rewrites its lock and (unchanged) manifests on every run: those count by
+        # content, directories by their entries; everything else by its ctime too.
+        script = (
+            f"for d in {trees}; do [ -e \"$d\" ] && find \"$d\" ! -name .sparkctl-stage.lock \\( -type d "
+            "-printf '%p d %m\\n' -o -name .sparkctl-manifest.json -exec sha256sum {} + -o "
+            "-printf '%p %y %s %m %l %C@\\n' \\); done | sort; "
+            "docker image ls --no-trunc --format '{{.Repository}}:{{.Tag}} {{.ID}}' 2>&1 | sort"
+        )
+        for node in self.nodes:
+            digest.update(f"{node}\0".encode() + self.exec(node, "sh", "-c", script).stdout.encode())
+        return digest.hexdigest()
+
     def status(self) -> dict[str, dict[str, Any]]:
         from sparkctl_lab import control
 
@@ -281,6 +333,19 @@ class Lab:
         for machine, row in self.status().items():
             if row["state"] != "running":
                 self.start(machine)
+
+
+# What the session's last fixture-run `stage` left: {(inventory, *args): fingerprint} (see ensure_staged).
+_STAGED: dict[tuple[str, ...], str] = {}
+
+
+def _tree_listing(root: Path) -> str:
+    """Path, size, mtime and ctime of every entry under root (a controller-side source)."""
+    rows = []
+    for p in sorted(root.rglob("*")) if root.is_dir() else [root]:
+        st = p.lstat()
+        rows.append(f"{p} {st.st_size} {st.st_mtime_ns} {st.st_ctime_ns}")
+    return "\n".join(rows)
 
 
 def _nvme_gib() -> int | None:

@@ -60,7 +60,7 @@ def _free_port() -> int:
 def serving(lab: Lab) -> Lab:
     """Provisioned (exporters included), staged and up; a few requests so SGLang's series move."""
     _ok(lab.run_sparkctl("provision", timeout=900), "provision")
-    _ok(lab.run_sparkctl("stage", timeout=900), "stage")
+    lab.ensure_staged()
     _ok(lab.run_sparkctl("up", "--yes", timeout=600), "up")
     key = lab.api_key_file.read_text().strip()
     url = f"http://{lab.mgmt_ip('spark-0')}:8004/v1/chat/completions"

@@ -47,7 +47,7 @@ def served(lab: Lab) -> Iterator[Lab]:
     """The lab provisioned and staged once for this module; every rank stopped at the end."""
     # What serving needs (the firewall and the switch have their own tests).
     _ok(lab.run_sparkctl("provision", "--tags", "base,fabric,qos,runtime", timeout=900), "provision")
-    _ok(lab.run_sparkctl("stage", timeout=900), "stage")
+    lab.ensure_staged()
     yield lab
     lab.heal()
     lab.run_sparkctl("down")

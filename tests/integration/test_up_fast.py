@@ -49,7 +49,7 @@ def _entered(lab: Lab, node: str) -> int:
 def installed(lab: Lab) -> Iterator[Lab]:
     """Provisioned and staged (kit, image, weights, shards); the rank files installed by one playbook up."""
     _ok(lab.run_sparkctl("provision", "--tags", "base,fabric,qos,runtime", timeout=900), "provision")
-    _ok(lab.run_sparkctl("stage", timeout=1800), "stage")
+    lab.ensure_staged()
     _up(lab, "--full")
     yield lab
     lab.run_sparkctl("down")

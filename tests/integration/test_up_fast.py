@@ -47,10 +47,11 @@ def _entered(lab: Lab, node: str) -> int:
 
 @pytest.fixture(scope="module")
 def installed(lab: Lab) -> Iterator[Lab]:
-    """Provisioned and staged (kit, image, weights, shards); the rank files installed by one playbook up."""
+    """Provisioned and staged (kit, image, weights, shards); the rank files installed by one up (the
+    playbook, unless an earlier module's up already installed exactly these files)."""
     _ok(lab.run_sparkctl("provision", "--tags", "base,fabric,qos,runtime", timeout=900), "provision")
     lab.ensure_staged()
-    _up(lab, "--full")
+    _up(lab)
     yield lab
     lab.run_sparkctl("down")
 

@@ -55,13 +55,17 @@ def _serve_exec(channel: paramiko.Channel, command: str) -> None:
             break
         data += chunk
     proc = subprocess.run(command, shell=True, input=bytes(data), capture_output=True, check=False)
-    if proc.stdout:
-        channel.sendall(proc.stdout)
-    if proc.stderr:
-        channel.sendall_stderr(proc.stderr)
-    channel.send_exit_status(proc.returncode)
-    channel.shutdown_write()
-    channel.close()
+    try:
+        if proc.stdout:
+            channel.sendall(proc.stdout)
+        if proc.stderr:
+            channel.sendall_stderr(proc.stderr)
+        channel.send_exit_status(proc.returncode)
+        channel.shutdown_write()
+    except OSError:
+        pass  # the client hung up before reading everything (as a real sshd sees it: nothing to do)
+    finally:
+        channel.close()
 
 
 def _pipe(src: paramiko.Channel | socket.socket, dst: paramiko.Channel | socket.socket) -> None:

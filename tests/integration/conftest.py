@@ -6,6 +6,7 @@ Use the ``lab`` fixture in any integration test::
         assert lab.ssh("spark-2", "hostname").stdout.strip() == "spark-2"
         lab.run_sparkctl("provision")          # sparkctl -i <lab inventory> provision
         lab.stage_runtime()                    # stage kit, then stage image (before any `up`)
+        lab.ensure_staged()                    # a fixture's `stage`: skipped when nothing changed since
         with lab.port_mtu("s2a", 1500):        # chaos, undone on exit
             ...
 
@@ -203,20 +204,21 @@ class Lab:
         every node the staged trees (path, type, size, mode, link target and ctime of every entry:
         any write, even one that keeps the mtime, moves the ctime) and the engine images' IDs.
         Tests of `stage` itself call it directly; this is only for modules that need its result."""
-        key = (str(self.inventory), *args)
-        if _STAGED.get(key) == self._stage_fingerprint(self.inventory):
+        global _last_stage
+        if _last_stage == (args, self._stage_fingerprint()):
             return False
-        _STAGED.clear()  # one staged state at a time: the last stage that ran defines it
+        _last_stage = None
         proc = self.run_sparkctl("stage", *args, timeout=timeout)
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout)[-2000:]
             raise AssertionError(f"sparkctl stage {' '.join(args)} exited {proc.returncode}: {tail}")
-        _STAGED[key] = self._stage_fingerprint(self.inventory)
+        _last_stage = (args, self._stage_fingerprint())
         return True
 
-    def _stage_fingerprint(self, inv: Path) -> str:
+    def _stage_fingerprint(self) -> str:
         from sparkctl.model import load_inventory
 
+        inv = self.inventory
         cluster = load_inventory(inv)
         digest = hashlib.sha256()
         for f in sorted(p for p in inv.rglob("*") if p.is_file()):
@@ -335,8 +337,8 @@ class Lab:
                 self.start(machine)
 
 
-# What the session's last fixture-run `stage` left: {(inventory, *args): fingerprint} (see ensure_staged).
-_STAGED: dict[tuple[str, ...], str] = {}
+# The session's last stage run by ensure_staged: (its arguments, the fingerprint it left).
+_last_stage: tuple[tuple[str, ...], str] | None = None
 
 
 def _tree_listing(root: Path) -> str:

@@ -282,6 +282,12 @@ class Fleet:
             reason = _reason(exc, conn, str(target.known_hosts))
             self._drop(target.name)
             return HostResult(target.name, error=reason, seconds=time.monotonic() - start)
+        took = time.monotonic() - start
+        if res.exited == -1 and took >= timeout and conn.is_connected:
+            # invoke's timer killed the command, but its runner finished before the timer thread
+            # did and so did not raise CommandTimedOut: the same timeout, reported the same way.
+            return HostResult(target.name, None, res.stdout, res.stderr,
+                              f"command timed out after {timeout:.0f} s", took)
         if res.exited == -1 and not conn.is_connected:
             self._drop(target.name)
             return HostResult(target.name, None, res.stdout, res.stderr,

@@ -182,6 +182,28 @@ def test_command_timeout_is_reported(sshd: FakeSshd) -> None:
     assert results["a"].error is not None and "timed out" in results["a"].error
 
 
+def test_a_timeout_the_runner_did_not_raise_is_still_reported(sshd: FakeSshd) -> None:
+    """invoke's timer kills the command; when its runner finishes before the timer thread, run()
+    returns exit -1 instead of raising CommandTimedOut. That is the same timeout."""
+    import invoke
+
+    class KilledByTimer:
+        is_connected = True
+
+        def run(self, *args: object, timeout: float, **kw: object) -> invoke.Result:
+            time.sleep(timeout + 0.05)
+            return invoke.Result(stdout="started\n", exited=-1)
+
+        def close(self) -> None:
+            pass
+
+    with Fleet([_target(sshd, "a")]) as fleet:
+        fleet._open = lambda target: KilledByTimer()  # type: ignore[method-assign]
+        res = fleet.run("echo started; sleep 3\n", timeout=0.2)["a"]
+    assert res.rc is None and res.stdout == "started\n"
+    assert res.error is not None and "timed out" in res.error
+
+
 def test_fleet_reuses_one_connection_per_node(sshd: FakeSshd) -> None:
     before = sshd.accepted
     with Fleet([_target(sshd, "a"), _target(sshd, "b")]) as fleet:

@@ -272,27 +272,27 @@ class Fleet:
         except _Unreachable as exc:
             return HostResult(target.name, error=str(exc), seconds=time.monotonic() - start)
         shell = "sudo -n /bin/sh -s" if target.sudo else "/bin/sh -s"
+        timed_out = False
         try:
             res = conn.run(shell, in_stream=_Script(script), hide=True, warn=True, pty=False,
                            timeout=timeout, encoding="utf-8")
         except invoke.CommandTimedOut as exc:
-            return HostResult(target.name, None, exc.result.stdout, exc.result.stderr,
-                              f"command timed out after {timeout:.0f} s", time.monotonic() - start)
+            res, timed_out = exc.result, True
         except Exception as exc:
             reason = _reason(exc, conn, str(target.known_hosts))
             self._drop(target.name)
             return HostResult(target.name, error=reason, seconds=time.monotonic() - start)
         took = time.monotonic() - start
-        if res.exited == -1 and took >= timeout and conn.is_connected:
-            # invoke's timer killed the command, but its runner finished before the timer thread
-            # did and so did not raise CommandTimedOut: the same timeout, reported the same way.
+        # invoke's timer kills the command; when its runner finishes before the timer thread does,
+        # run() returns exit -1 instead of raising CommandTimedOut: the same timeout.
+        if timed_out or (res.exited == -1 and took >= timeout and conn.is_connected):
             return HostResult(target.name, None, res.stdout, res.stderr,
                               f"command timed out after {timeout:.0f} s", took)
         if res.exited == -1 and not conn.is_connected:
             self._drop(target.name)
             return HostResult(target.name, None, res.stdout, res.stderr,
-                              f"connection to {_where(conn)} lost", time.monotonic() - start)
-        return HostResult(target.name, res.exited, res.stdout, res.stderr, None, time.monotonic() - start)
+                              f"connection to {_where(conn)} lost", took)
+        return HostResult(target.name, res.exited, res.stdout, res.stderr, None, took)
 
     def run(
         self,

@@ -443,9 +443,10 @@ def _guard_fleet(cluster: Any) -> Any:
     return _fleet(cluster)
 
 
-def _kit_reference(cluster: Any) -> fastup.KitReference | str | None:
-    """The configured kit as spark_kit's verify reads it on the controller (fetched or read once,
-    cached in the state directory); None without a kit, a string saying why it cannot be had here."""
+def kit_reference(cluster: Any) -> fastup.KitReference | str | None:
+    """The configured kit as spark_kit's verify reads it on the controller (from what the playbook
+    fetched or unpacked into the state directory; a fast path never fetches); None without a kit,
+    a string saying why it cannot be had here (the fast paths of `up` and `stage` share it)."""
     facts = kit_facts(cluster)
     if facts is None:
         return None
@@ -457,7 +458,7 @@ def _kit_reference(cluster: Any) -> fastup.KitReference | str | None:
             commit=facts.get("commit"), path=facts.get("path"), sha256=facts.get("sha256"),
             manifest=facts.get("manifest") or "patches/manifest.json",
             overlay_source=facts.get("overlay_source") or "patches/source",
-            overlays=list(facts.get("overlays") or []),
+            overlays=list(facts.get("overlays") or []), offline=True,
         )
     except (stage_kit.KitSourceError, OSError) as exc:
         return str(exc)
@@ -466,10 +467,7 @@ def _kit_reference(cluster: Any) -> fastup.KitReference | str | None:
 
 def _fast_check(cluster: Any, doc: dict[str, Any], fleet: Any, full: bool, say: Any) -> fastup.FastCheck:
     """Whether the installed units can start without the playbook; says which path runs and why."""
-    if full:
-        fast = fastup.FastCheck(["--full"])
-    else:
-        fast = fastup.check(cluster, doc, fleet, _kit_reference(cluster))
+    fast = fastup.FastCheck(["--full"]) if full else fastup.check(cluster, doc, fleet, kit_reference(cluster))
     if fast.ok:
         say(f"{ui.OK} nothing to install on {len(cluster.nodes)} nodes (unit, environment, secrets and kit "
             f"files, kit, image checked in {fast.seconds:.1f} s): starting over SSH without the playbook")

@@ -1,9 +1,11 @@
-"""`sparkctl stage [kit|image|weights|engram|all] [--verify-only] [--force]`: the serving kit, the
-engine image, the checkpoint and the Engram shards.
+"""`sparkctl stage [kit|image|weights|engram|all] [--verify-only] [--force] [--full]`: the serving
+kit, the engine image, the checkpoint and the Engram shards.
 
-Load the inventory (exit 2 on problems) → ``plan.for_stage`` → ``runner.execute`` of
-playbooks/stage.yml with live per-node bars → a per-node summary. Exit 1 when a node failed
-(the message names the node and the file), 0 otherwise.
+Load the inventory (exit 2 on problems) → the fast path's one SSH check round per node
+(``sparkctl.stage.faststage``): when every node already holds what the playbook would leave there,
+say so and stop → otherwise ``plan.for_stage`` → ``runner.execute`` of playbooks/stage.yml with live
+per-node bars → a per-node summary. ``--verify-only``, ``--force`` and ``--full`` always run the
+playbook. Exit 1 when a node failed (the message names the node and the file), 0 otherwise.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from rich.table import Table
 
 from sparkctl import ui
 from sparkctl.ansible import plan, results, runner
+from sparkctl.cli.serve import kit_reference
 from sparkctl.cli.shell import STAGE, example
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.model import load_inventory
-from sparkctl.stage import progress
+from sparkctl.ssh import fleet as remote
+from sparkctl.stage import faststage, progress
 
 
 class What(StrEnum):
@@ -28,6 +32,39 @@ class What(StrEnum):
     weights = "weights"
     engram = "engram"
     all = "all"
+
+
+def _fleet(cluster: Any) -> Any:
+    """The fast path's SSH connections (the one place a test wires a fake site)."""
+    return remote.Fleet(remote.targets_for(cluster))
+
+
+def _fast_check(cluster: Any, what: str) -> faststage.StageCheck:
+    """One check round; cheap reasons (a checkpoint the head must read, an unpinned pull) are found
+    before any connection is made."""
+    todo = faststage.parts(cluster, what)
+    kit = kit_reference(cluster) if "kit" in todo else None
+    fleet = _fleet(cluster)
+    try:
+        return faststage.check(cluster, what, fleet, kit)
+    finally:
+        fleet.close()
+
+
+def _say_path(fast: faststage.StageCheck, nodes: int) -> None:
+    if fast.ok:
+        ui.console.print(f"{ui.OK} nothing to stage on {nodes} nodes (checked in {fast.seconds:.1f} s "
+                         "over SSH; --full runs the playbook)")
+        return
+    shown = fast.reasons[:faststage.MAX_REASONS]
+    more = len(fast.reasons) - len(shown)
+    ui.console.print(f"running playbooks/stage.yml: {shown[0]}" if len(shown) == 1
+                     else "running playbooks/stage.yml:")
+    if len(shown) > 1:
+        for reason in shown:
+            ui.console.print(f"  • {reason}")
+    if more:
+        ui.console.print(f"  • and {more} more")
 
 
 def node_summaries(result: runner.RunResult) -> dict[str, dict[str, Any]]:
@@ -185,6 +222,10 @@ def stage(
             "--stall-timeout", min=1, help="Fail when a peer sends nothing this long (s); re-runs resume."
         ),
     ] = 120.0,
+    full: Annotated[
+        bool,
+        typer.Option("--full", help="Run the playbook even when one SSH check round finds nothing to stage."),
+    ] = False,
 ) -> None:
     """Stage the serving kit and the checkpoint over the fabric and pack each rank's Engram shards
     (verified, resumable)."""
@@ -203,6 +244,20 @@ def stage(
             hint="set sparkctl_runtime.kind: container with image (and image_source) in "
             "group_vars/all/sparkctl.yml",
         )
+    if verify_only or force or full:
+        why = "--verify-only" if verify_only else "--force" if force else "--full"
+        fast = faststage.StageCheck([why])
+    else:
+        fast = _fast_check(cluster, what.value)
+    if not state.json and (fast.ok or state.verbose or fast.reasons[0] not in ("--verify-only", "--force")):
+        _say_path(fast, len(cluster.nodes))
+    if fast.ok:
+        if state.json:
+            ui.print_json({"ok": True, "what": what.value, "verify_only": False, "path": fast.as_dict(),
+                           "nodes": fast.nodes, "run": None})
+        else:
+            ui.console.print(summary_table(cluster, fast.nodes, False, what.value))
+        return
     settings: dict[str, Any] = {}
     if bwlimit:
         settings["spark_stage_bwlimit_mib_s"] = bwlimit
@@ -231,6 +286,7 @@ def stage(
                 "ok": result.ok,
                 "what": what.value,
                 "verify_only": verify_only,
+                "path": fast.as_dict(),
                 "nodes": summaries,
                 "run": result.as_dict(),
             }

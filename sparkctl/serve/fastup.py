@@ -19,7 +19,7 @@ repairs the files or refuses as it always did. Otherwise :func:`start` starts th
 in ``sparkctl.render.rank.start_waves`` order — the list the role's start tasks loop over — each
 wave only after every unit of the one before is active.
 
-The node-side code travels as source inside the script (like ``probe.probe_script``): the kit and
+The node-side code travels as source inside the script (``sparkctl.nodeside.ship``): the kit and
 image modules under their own package names, so their relative imports resolve as on the controller.
 """
 
@@ -32,17 +32,17 @@ import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 from sparkctl.errors import SparkctlError
 from sparkctl.nodeside import kit as nodekit
+from sparkctl.nodeside import ship
 from sparkctl.render.rank import start_waves
 from sparkctl.serve import probe
 from sparkctl.serve.probe import FleetLike
 
-PACKAGE = Path(__file__).resolve().parent.parent
-# Shipped to the node as ``sparkctl_up.<name>``, dependencies first.
+# Shipped to the node (sparkctl.nodeside.ship), dependencies first.
 NODE_MODULES = ("nodeside.kit", "nodeside.images", "nodeside.manifests", "stage.manifest", "stage.image")
 # Seconds a started unit may take to become active (the role's spark_rank_start_wait_s).
 START_WAIT_S = 30
@@ -51,19 +51,10 @@ START_TRIES = 3
 MAX_REASONS = 12
 
 
-# Runs on the node: the modules as an in-memory package, then the check. Reads only.
+# Runs on the node (after ``ship``'s loader has loaded NODE_MODULES), then the check. Reads only.
 _NODE_CHECK = r'''
-import hashlib, hmac, json, os, subprocess, sys, types
-root = types.ModuleType("sparkctl_up"); root.__path__ = []; sys.modules["sparkctl_up"] = root
-for sub in ("nodeside", "stage"):
-    pkg = types.ModuleType("sparkctl_up." + sub); pkg.__path__ = []; pkg.__package__ = pkg.__name__
-    sys.modules[pkg.__name__] = pkg; setattr(root, sub, pkg)
-for qual, source in json.loads(SOURCES):
-    parent, _, leaf = ("sparkctl_up." + qual).rpartition(".")
-    mod = types.ModuleType(parent + "." + leaf); mod.__package__ = parent
-    sys.modules[mod.__name__] = mod; setattr(sys.modules[parent], leaf, mod)
-    exec(compile(source, "<sparkctl/" + qual.replace(".", "/") + ".py>", "exec"), mod.__dict__)
-kit = sys.modules["sparkctl_up.nodeside.kit"]; image = sys.modules["sparkctl_up.stage.image"]
+import hashlib, hmac, os, subprocess
+kit = shipped("nodeside.kit"); image = shipped("stage.image")
 
 def keyed(path, key):
     h = hmac.new(bytes.fromhex(key), digestmod=hashlib.sha256)
@@ -118,15 +109,9 @@ def main(p):
 '''
 
 
-def node_sources() -> list[tuple[str, str]]:
-    return [(q, (PACKAGE / (q.replace(".", "/") + ".py")).read_text()) for q in NODE_MODULES]
-
-
 def check_script(params: Mapping[str, Any]) -> str:
     """Shell text that runs the node check with ``params`` under python3 (on stdin, not in argv)."""
-    body = (f"SOURCES = {json.dumps(json.dumps(node_sources()))}\n" + _NODE_CHECK
-            + f"main(json.loads({json.dumps(json.dumps(dict(params)))}))\n")
-    return "exec python3 - <<'SPARKCTL_UPCHECK_EOF'\n" + body + "SPARKCTL_UPCHECK_EOF\n"
+    return ship.python_script(NODE_MODULES, _NODE_CHECK, params, "SPARKCTL_UPCHECK_EOF")
 
 
 # --- what the node must hold --------------------------------------------------------------------

@@ -137,6 +137,63 @@ def base_images(dockerfile_text: str) -> list[str]:
     return bases
 
 
+# The label a build puts on its image: what the build was made from (``build_key``).
+BUILD_LABEL = "org.sparkctl.build"
+
+
+def labels(ref: str) -> dict[str, str] | None:
+    """The image's labels (``{}`` when it has none or they cannot be read), None when it is absent."""
+    proc = _docker(["image", "inspect", "--format", "{{json .Config.Labels}}", ref])
+    if proc.returncode != 0:
+        return None
+    try:
+        doc = json.loads(proc.stdout.strip() or "null")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
+
+
+def build_key(ref: str, context: str, dockerfile: str) -> tuple[str | None, str]:
+    """``(key, why)``: one digest over what a build of ``ref`` depends on. That is the kit version the
+    context resolves to (a content-addressed directory), the Dockerfile's bytes and the ID of every
+    base image on this node. The key is None, with the reason, when it cannot be known: no
+    Dockerfile, a base named by a build argument, or a base missing on this node."""
+    real = os.path.realpath(context)
+    try:
+        with open(os.path.join(real, dockerfile), "rb") as fh:
+            text = fh.read()
+    except OSError as exc:
+        return None, f"cannot read {os.path.join(context, dockerfile)}: {exc.strerror or exc}"
+    bases = []
+    for base in base_images(text.decode("utf-8", "replace")):
+        if "$" in base:
+            return None, f"{dockerfile} names its base by a build argument ({base})"
+        found = inspect(base)
+        if found is None:
+            return None, f"the base image {base} is not on this node"
+        bases.append([base, found["id"]])
+    doc = {"ref": ref, "kit": os.path.basename(real), "bases": bases,
+           "dockerfile": [dockerfile, hashlib.sha256(text).hexdigest()]}
+    return "v1:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest(), ""
+
+
+def built_from(ref: str, context: str, dockerfile: str) -> dict[str, Any]:
+    """Whether the image under ``ref`` on this node is what a build from ``context`` makes now:
+    ``{"current": bool, "why": str}`` (``why`` says what differs)."""
+    key, why = build_key(ref, context, dockerfile)
+    if key is None:
+        return {"current": False, "why": why}
+    found = labels(ref)
+    if found is None:
+        return {"current": False, "why": f"no image under {ref}"}
+    have = found.get(BUILD_LABEL)
+    if have != key:
+        what = "it has no build label" if not have else "its build label differs"
+        return {"current": False, "why": f"the image under {ref} is not the build of the staged kit and "
+                                         f"its base image as they are now ({what})"}
+    return {"current": True, "why": ""}
+
+
 def build(ref: str, context: str, dockerfile: str, node: str, timeout: float = 7200) -> dict[str, Any]:
     """``docker build`` of ``context`` on this node without pulling: every base must be here already."""
     path = os.path.join(context, dockerfile)
@@ -156,7 +213,9 @@ def build(ref: str, context: str, dockerfile: str, node: str, timeout: float = 7
             "build never pulls; load them first (docker load) or use image_source: pull|archive"
         )
     before = inspect(ref)
-    proc = _docker(["build", "--pull=false", "-f", path, "-t", ref, context], timeout=timeout)
+    key, _why = build_key(ref, context, dockerfile)
+    label = ["--label", f"{BUILD_LABEL}={key}"] if key else []
+    proc = _docker(["build", "--pull=false", *label, "-f", path, "-t", ref, context], timeout=timeout)
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
         raise ImageError(f"{node}: docker build of {ref} failed:\n{tail}")

@@ -74,10 +74,13 @@ def _has_commit(repo: str, commit: str) -> bool:
     return _git(["cat-file", "-e", f"{commit}^{{commit}}"], cwd=repo).returncode == 0
 
 
-def fetch(url: str, commit: str, cache_dir: str) -> tuple[str, bool]:
-    """The bare cache repository holding ``commit`` from ``url``; (path, fetched this time)."""
+def fetch(url: str, commit: str, cache_dir: str, offline: bool = False) -> tuple[str, bool]:
+    """The bare cache repository holding ``commit`` from ``url``; (path, fetched this time).
+    ``offline``: never fetch; a commit the cache does not hold yet is refused."""
     commit = check_commit(commit)
     repo = cache_repo(cache_dir, url)
+    if offline and not (os.path.isdir(os.path.join(repo, "objects")) and _has_commit(repo, commit)):
+        raise KitSourceError(f"the kit's commit {commit[:12]} is not fetched on this controller yet")
     if not os.path.isdir(os.path.join(repo, "objects")):
         os.makedirs(repo, exist_ok=True)
         init = _git(["init", "--quiet", "--bare", repo])
@@ -171,8 +174,10 @@ def prepare(
     manifest: str = "patches/manifest.json",
     overlay_source: str = "patches/source",
     overlays: list[str] | None = None,
+    offline: bool = False,
 ) -> dict[str, Any]:
-    """Obtain the kit and check it; the dict the playbook passes on.
+    """Obtain the kit and check it; the dict the playbook passes on (``offline``: a git kit only
+    from the cache, see :func:`fetch`).
 
     ``{"version", "tree_sha256", "dir", "manifest" (file manifest), "overlays" (overlay manifest),
     "changed" (fetched or unpacked this time)}``. Raises KitSourceError naming what is wrong.
@@ -182,7 +187,7 @@ def prepare(
         if not url:
             raise KitSourceError("sparkctl_kit.url is required for a git kit")
         commit = check_commit(commit)
-        repo, changed = fetch(url, commit, cache_dir)
+        repo, changed = fetch(url, commit, cache_dir, offline=offline)
         tree_dir = os.path.join(cache_dir, "trees", commit)
         os.makedirs(os.path.dirname(tree_dir), exist_ok=True)
         changed = export(repo, commit, tree_dir) or changed

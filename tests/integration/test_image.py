@@ -67,6 +67,8 @@ def test_stage_image_moves_once_then_nothing_and_ids_match(lab: Any, kit_staged:
 
     rc, doc, err = _stage(lab, "image")
     assert rc == 0, err
+    # The same ID everywhere and the head's image labelled as the build of the staged kit: no playbook.
+    assert doc["path"]["path"] == "fast", doc["path"]
     assert sum(int(n["image"].get("bytes_moved") or 0) for n in doc["nodes"].values()) == 0
     assert not any(n["image"].get("received") for n in doc["nodes"].values())
     assert {n["image"]["id"] for n in doc["nodes"].values()} == {head_id}

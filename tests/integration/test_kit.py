@@ -74,7 +74,15 @@ def test_stage_kit_fans_out_then_moves_nothing(lab: Any, staged: dict[str, Any])
     t0 = time.monotonic()
     rc, doc, err = _stage(lab)
     assert rc == 0, err
-    sys.stderr.write(f"\nstage kit again: {time.monotonic() - t0:.1f} s\n")
+    sys.stderr.write(f"\nstage kit again (fast path): {time.monotonic() - t0:.1f} s\n")
+    assert doc["path"]["path"] == "fast", doc["path"]
+    for node in lab.nodes:
+        got = doc["nodes"][node]["kit"]
+        assert (got["version"], got["verified"], got["current"]) == (commit, True, commit), got
+    t0 = time.monotonic()
+    rc, doc, err = _stage(lab, "--full")  # the playbook agrees: nothing to move, nothing to switch
+    assert rc == 0, err
+    sys.stderr.write(f"stage kit again (--full): {time.monotonic() - t0:.1f} s\n")
     again = {n: doc["nodes"][n]["kit"] for n in lab.nodes}
     assert sum(int(k["transfer"]["bytes_moved"] or 0) for k in again.values()) == 0, again
     assert not any(k["switched"] for k in again.values())

@@ -139,12 +139,20 @@ def test_stage_all_leaves_exact_bytes_and_a_rerun_moves_nothing(lab: Any, ckpt: 
     assert report["ok"] and all(
         n["weights"]["verified"] and n["engram"]["verified"] for n in report["nodes"].values()
     )
-    t0 = time.monotonic()
+    # A re-run finds nothing to stage in one SSH check round: no playbook.
     again = stage(lab, "all")
-    took = time.monotonic() - t0
     assert again.returncode == 0, again.stderr[-3000:]
-    nodes = json.loads(again.stdout)["nodes"]
-    for name, n in nodes.items():
+    fast = json.loads(again.stdout)
+    assert fast["path"]["path"] == "fast" and fast["run"] is None, fast["path"]
+    assert all(n["weights"]["verified"] and n["engram"]["verified"] for n in fast["nodes"].values())
+    # The playbook (--full) agrees: it moves and packs nothing.
+    t0 = time.monotonic()
+    full = stage(lab, "all", "--full")
+    took = time.monotonic() - t0
+    assert full.returncode == 0, full.stderr[-3000:]
+    report = json.loads(full.stdout)
+    assert report["path"] == {"path": "playbook", "reasons": ["--full"], "check_seconds": 0.0}
+    for name, n in report["nodes"].items():
         assert n["transfer"]["bytes_moved"] == 0, f"{name} moved data on a re-run"
         assert not n["pack"]["changed"], f"{name} re-packed on a re-run"
     assert took < 90, f"idempotent re-run took {took:.0f} s"
@@ -212,6 +220,10 @@ def test_flipped_byte_is_named_by_verify_only(lab: Any, ckpt: dict[str, Any]) ->
     assert [f["host"] for f in failures] == ["spark-1"]
     fixed = stage(lab, "weights")  # a normal run repairs the file from the chain
     assert fixed.returncode == 0, fixed.stderr[-2000:]
+    # The write changed the file's modification time: the fast path's check names it, the playbook runs.
+    assert json.loads(fixed.stdout)["path"]["reasons"] == [
+        "spark-1: checkpoint: model-00002-of-00004.safetensors: not confirmed by this node's manifest "
+        "(changed since staging?)"]
     assert stage(lab, "--verify-only").returncode == 0
     assert_exact(lab, ckpt)
 

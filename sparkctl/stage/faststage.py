@@ -1,0 +1,311 @@
+"""The fast path of `sparkctl stage`: "nothing to stage", said after one SSH check round per node.
+
+A `stage` with nothing to move still costs the playbook's ~90 tasks (30–40 s on the lab) before it
+says so. When every node already holds what the playbook would leave there, one check round per
+node (:func:`check`) says the same in seconds. The check runs the roles' own code on the node
+(shipped by ``sparkctl.nodeside.ship``):
+
+* the serving kit: every file against the kit's manifest, and ``current`` pointing at the
+  configured version (``nodeside.kit.verify_tree``, what spark_kit's switch verifies);
+* the engine image: the same ID on every node, equal to the pin when there is one
+  (``stage.image.node_image``). An unpinned image built from the kit (``image_source: build``)
+  must also carry the label the last build put on it (``stage.image.built_from``), so a kit or
+  base image that changed since means a rebuild. An unpinned pull or archive is read by the
+  playbook;
+* the checkpoint (a directory on the controller): the controller's manifest built as the playbook
+  builds it (stat only once its manifest is saved), every node's files confirmed against it by
+  their own manifest (``stage.manifest.verify``, quick), and no extra file on the head;
+* the Engram shards: ``stage.dsv41en1.check_rank`` (quick) clean, the test pack keeps files by.
+
+Anything else is a reason (node, what differs) and `stage` runs the playbook, which moves,
+repairs or refuses as it always did. A checkpoint kept on the head or pulled from the Hub is
+always the playbook's: only the head can tell whether its source changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkctl.nodeside import kit as nodekit
+from sparkctl.nodeside import ship
+from sparkctl.render.kit import kit_facts
+from sparkctl.stage import dsv41en1
+from sparkctl.stage import manifest as mf
+
+# Shipped to the node, dependencies first.
+NODE_MODULES = ("nodeside.kit", "nodeside.images", "nodeside.manifests", "stage.manifest", "stage.image",
+                "stage.safetensors", "stage.writeback", "stage.dsv41en1")
+MAX_REASONS = 12
+SHOWN = 3
+
+# Runs on the node (after ship's loader), reads only.
+_NODE_CHECK = r'''
+import os, subprocess
+kit = shipped("nodeside.kit"); image = shipped("stage.image"); mf = shipped("stage.manifest")
+engram = shipped("stage.dsv41en1")
+
+def main(p):
+    out = {"mode": "stagecheck"}
+    if p.get("kit"):
+        k = p["kit"]
+        problems = kit.verify_tree(os.path.join(k["store"], k["version"]), k["expected"])
+        current = kit.current_version(k["store"])
+        out["kit"] = {"version": k["version"], "current": current, "problems": problems[:50],
+                      "count": len(problems)}
+    if p.get("image"):
+        i = p["image"]
+        try:
+            out["image"] = {"found": image.node_image(i["ref"], i.get("want_id"))}
+            if i.get("build"):
+                b = i["build"]
+                out["image"]["build"] = image.built_from(i["ref"], b["context"], b["dockerfile"])
+        except (OSError, subprocess.SubprocessError) as exc:
+            out["image"] = {"error": str(exc)[:200]}
+    if p.get("weights"):
+        w = p["weights"]
+        root = w["model_dir"]
+        try:
+            local = mf.load(root) if os.path.isdir(root) else None
+            problems = mf.verify(root, w["expected"], full=False, local=local)
+            wanted = set(e["path"] for e in w["expected"].get("files", []))
+            extra = [r for r in mf.list_files(root) if r not in wanted] if os.path.isdir(root) else []
+            out["weights"] = {"problems": problems[:50], "count": len(problems), "extra": extra[:50]}
+        except (mf.ManifestError, OSError, ValueError) as exc:
+            out["weights"] = {"error": str(exc)[:300]}
+    if p.get("engram"):
+        e = p["engram"]
+        try:
+            res = engram.check_rank(e["model_dir"], e["engram_dir"], e["rank"], e["tp"], e["layers"], "quick")
+            out["engram"] = {"present": res.present, "verified": res.verified, "files": res.files,
+                             "problems": res.problems[:50]}
+        except Exception as exc:  # any failure to read is a reason for the playbook, never a pass
+            out["engram"] = {"error": str(exc)[:300]}
+    print(json.dumps(out))
+'''
+
+
+def check_script(params: Mapping[str, Any]) -> str:
+    """Shell text that runs the node check with ``params`` under python3 (on stdin, not in argv)."""
+    return ship.python_script(NODE_MODULES, _NODE_CHECK, params, "SPARKCTL_STAGECHECK_EOF")
+
+
+# --- what each `what` stages (playbooks/stage.yml's conditions) ---------------------------------
+
+
+def parts(cluster: Any, what: str) -> list[str]:
+    """The parts `stage WHAT` stages, in the playbook's order."""
+    out = []
+    if what == "kit" or (what == "all" and cluster.kit is not None):
+        out.append("kit")
+    if what == "image" or (what == "all" and cluster.runtime.kind == "container"):
+        out.append("image")
+    if what in ("weights", "all"):
+        out.append("weights")
+    if what in ("engram", "all"):
+        out.append("engram")
+    return out
+
+
+def controller_manifest(cluster: Any) -> dict[str, Any] | str:
+    """The manifest the playbook builds of a checkpoint kept on the controller (digests reused from
+    its saved manifest for unchanged files), or a string saying why the fast path cannot have one."""
+    ck = cluster.checkpoint
+    if ck.source != "dir" or (ck.location or "head") != "controller":
+        where = "the Hugging Face Hub" if ck.source == "hf" else "a directory on the head"
+        return f"the checkpoint comes from {where}: the playbook reads its source there"
+    root = str(ck.path)
+    if not os.path.isdir(root):
+        return f"the controller has no checkpoint directory {root}"
+    try:
+        previous = mf.load(root)
+    except mf.ManifestError:
+        previous = None
+    built = mf.build(root, previous)
+    if not built["files"]:
+        return f"{root} holds no checkpoint files"
+    return built
+
+
+def check_params(cluster: Any, node: Any, todo: list[str], kit: Any,
+                 expected: dict[str, Any] | None) -> dict[str, Any]:
+    params: dict[str, Any] = {"mode": "stagecheck"}
+    if "kit" in todo and kit is not None:
+        params["kit"] = {"store": kit.store, "version": kit.version, "expected": kit.manifest}
+    if "image" in todo:
+        rt = cluster.runtime
+        params["image"] = {"ref": rt.image, "want_id": rt.image_id}
+        facts = kit_facts(cluster) or {}
+        if rt.image_source == "build" and node.rank == 0 and facts.get("dockerfile"):
+            params["image"]["build"] = {"context": facts["current"], "dockerfile": facts["dockerfile"]}
+    paths = cluster.paths
+    if "weights" in todo and expected is not None:
+        params["weights"] = {"model_dir": str(paths.model_dir), "expected": expected}
+    if "engram" in todo:
+        params["engram"] = {"model_dir": str(paths.model_dir), "engram_dir": str(paths.engram_dir),
+                            "rank": node.rank, "tp": cluster.profile.tp_size, "layers": list(dsv41en1.LAYERS)}
+    return params
+
+
+# --- the verdict ---------------------------------------------------------------------------------
+
+
+@dataclass
+class StageCheck:
+    """Whether `stage` has nothing to do (then ``nodes`` holds the summary the table shows)."""
+
+    reasons: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.reasons
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": "fast" if self.ok else "playbook", "reasons": self.reasons,
+                "check_seconds": round(self.seconds, 3)}
+
+
+def _shown(items: list[Any], count: int, text: Any = str) -> str:
+    more = f" (and {count - SHOWN} more)" if count > SHOWN else ""
+    return "; ".join(text(p) for p in items[:SHOWN]) + more
+
+
+def judge(cluster: Any, todo: list[str], answers: Mapping[str, Mapping[str, Any] | str],
+          kit: Any, expected: dict[str, Any] | None) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """``(reasons, summaries)``: why the playbook must run (empty: it need not), and per node the
+    summary ``stage`` shows (the playbook's set_stats shape). Pure."""
+    reasons: list[str] = []
+    nodes: dict[str, dict[str, Any]] = {}
+    rt = cluster.runtime
+    images: dict[str, str] = {}
+    tp = cluster.profile.tp_size
+    for node in sorted(cluster.nodes, key=lambda n: n.rank):
+        name = node.name
+        ans = answers.get(name, "no answer")
+        if isinstance(ans, str):
+            reasons.append(f"{name}: {ans}")
+            continue
+        summary: dict[str, Any] = {"node": name, "rank": node.rank, "tp": tp, "depth": "quick"}
+        if "kit" in todo and kit is not None:
+            k = ans.get("kit")
+            if not isinstance(k, Mapping):
+                reasons.append(f"{name}: the kit was not checked")
+            else:
+                if k.get("problems"):
+                    shown = _shown(list(k["problems"]), int(k.get("count", 0)), nodekit.describe)
+                    reasons.append(f"{name}: kit {kit.version} is not staged as configured: {shown}")
+                elif k.get("current") != kit.version:
+                    reasons.append(f"{name}: the kit's current points at {k.get('current') or 'nothing'}, "
+                                   f"not {kit.version}")
+                summary["kit"] = {
+                    "version": kit.version,
+                    "tree_sha256": (kit.manifest.get("source") or {}).get("tree_sha256"),
+                    "verified": not k.get("problems"), "files": len(kit.manifest.get("files") or []),
+                    "current": k.get("current"), "switched": False}
+        if "image" in todo:
+            img = ans.get("image")
+            found = img.get("found") if isinstance(img, Mapping) else None
+            if not isinstance(img, Mapping) or img.get("error"):
+                why = img.get("error") if isinstance(img, Mapping) else "no answer"
+                reasons.append(f"{name}: the image could not be read ({why})")
+            elif not found:
+                reasons.append(f"{name}: has no image under {rt.image}")
+            else:
+                images[name] = str(found.get("id"))
+                summary["image"] = {"id": images[name], "bytes_moved": 0}
+                build = img.get("build")
+                if isinstance(build, Mapping) and not build.get("current"):
+                    reasons.append(f"{name}: {build.get('why') or 'the image is not the staged kit build'}")
+        if "weights" in todo and expected is not None:
+            w = ans.get("weights")
+            files = expected.get("files") or []
+            weights = {"present": False, "verified": False, "files": len(files),
+                       "bytes": sum(int(e["size"]) for e in files), "problems": []}
+            if not isinstance(w, Mapping) or w.get("error"):
+                why = w.get("error") if isinstance(w, Mapping) else "no answer"
+                reasons.append(f"{name}: the checkpoint could not be read ({why})")
+            else:
+                problems = list(w.get("problems") or [])
+                weights.update(problems=problems, verified=not problems,
+                               present=not any(str(p).endswith(": missing") for p in problems))
+                if problems:
+                    reasons.append(f"{name}: checkpoint: {_shown(problems, int(w.get('count', 0)))}")
+                if node.rank == 0 and w.get("extra"):
+                    extra = list(w["extra"])
+                    reasons.append(f"{name}: the checkpoint directory holds files the controller's does not: "
+                                   f"{_shown(extra, len(extra))}")
+            summary["weights"] = weights
+        if "engram" in todo:
+            e = ans.get("engram")
+            if not isinstance(e, Mapping) or e.get("error"):
+                why = e.get("error") if isinstance(e, Mapping) else "no answer"
+                reasons.append(f"{name}: the Engram shards could not be read ({why})")
+            else:
+                summary["engram"] = {k: e.get(k) for k in ("present", "verified", "files", "problems")}
+                if not e.get("verified"):
+                    problems = list(e.get("problems") or ["not packed"])
+                    reasons.append(f"{name}: Engram shards: {_shown(problems, len(problems))}")
+        nodes[name] = summary
+    if "image" in todo:
+        head = cluster.head.name
+        want = rt.image_id or images.get(head)
+        if not rt.image_id and rt.image_source != "build":
+            reasons.append(f"the image is not pinned (sparkctl_runtime.image_id) and comes by "
+                           f"{rt.image_source}: the playbook consults its source")
+        elif want:
+            whose = "the pinned image" if rt.image_id else "the head's"
+            for name, ident in sorted(images.items()):
+                if ident != want:
+                    reasons.append(f"{name}: the image under {rt.image} is {ident}, not {whose} {want}")
+    return reasons, nodes
+
+
+def check(cluster: Any, what: str, fleet: Any, kit: Any, timeout: float = 120.0) -> StageCheck:
+    """One check round on every node for `stage WHAT`. ``kit`` is the configured kit's reference
+    (``store``, ``version``, ``manifest``), None without a kit, or a string saying why its
+    reference could not be had (then the playbook runs)."""
+    t0 = time.monotonic()
+    todo = parts(cluster, what)
+    reasons: list[str] = []
+    if "kit" in todo and not (kit is not None and not isinstance(kit, str)):
+        reasons.append(f"kit: {kit or 'no kit reference'}")
+    expected: dict[str, Any] | None = None
+    if "weights" in todo:
+        built = controller_manifest(cluster)
+        if isinstance(built, str):
+            reasons.append(built)
+        else:
+            expected = {"files": [{k: e[k] for k in ("path", "size", "sha256")} for e in built["files"]]}
+    if reasons:  # the playbook runs anyway: no node is asked
+        return StageCheck(reasons, time.monotonic() - t0)
+    ref = kit if "kit" in todo else None
+    scripts = {n.name: check_script(check_params(cluster, n, todo, ref, expected)) for n in cluster.nodes}
+    try:
+        results = fleet.run(scripts, timeout=timeout, only=list(scripts))
+    except (OSError, subprocess.SubprocessError) as exc:
+        return StageCheck([f"the nodes could not be checked over SSH: {exc}"], time.monotonic() - t0)
+    answers: dict[str, Mapping[str, Any] | str] = {}
+    for name, res in results.items():
+        if not res.reachable:
+            answers[name] = f"unreachable: {res.error}"
+            continue
+        try:
+            doc = json.loads(res.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            why = (res.stderr.strip().splitlines() or [f"exit {res.rc}, no output"])[-1][:200]
+            answers[name] = f"the check did not run ({why})"
+            continue
+        answers[name] = doc if isinstance(doc, dict) and doc.get("mode") == "stagecheck" else \
+            "the check answered something else"
+    found, nodes = judge(cluster, todo, answers, ref, expected)
+    return StageCheck(found, time.monotonic() - t0, nodes)
+
+
+__all__ = ["StageCheck", "check", "check_script", "controller_manifest", "judge", "parts"]

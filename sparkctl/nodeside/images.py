@@ -32,3 +32,25 @@ def run_reference(ref: str) -> str:
     for a digest reference, the reference itself (a local name:tag) otherwise."""
     m = DIGEST_REF.search(ref)
     return f"{repository(ref)}:sparkctl-{m.group(1)[:12]}" if m else ref
+
+
+def judge_answer(node: str, answer: object, ref: str) -> tuple[str | None, str | None]:
+    """A fast path's check of one node's image answer (``{"found": {"id", …} | None}`` or
+    ``{"error": …}``): ``(reason, None)`` when it is unreadable or absent, else ``(None, image ID)``."""
+    if not isinstance(answer, dict) or answer.get("error"):
+        why = answer.get("error") if isinstance(answer, dict) else "no answer"
+        return f"{node}: the image could not be read ({why})", None
+    found = answer.get("found")
+    if not found:
+        return f"{node}: has no image under {ref}", None
+    return None, str(found.get("id"))
+
+
+def mismatches(ids: dict[str, str], want: str | None, pinned: bool, ref: str) -> list[str]:
+    """One reason per node whose image ID is not ``want`` (the pin, else the head's)."""
+    if not want:
+        return []
+    whose = "the pinned image" if pinned else "the head's"
+    return [f"{node}: the image under {ref} is {ident}, not {whose} {want}"
+            for node, ident in sorted(ids.items()) if ident != want]
+

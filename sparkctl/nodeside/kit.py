@@ -246,6 +246,18 @@ def current_version(store):
     return os.path.basename(target.rstrip("/"))
 
 
+def staged_check(store, version, expected, limit=50):
+    """What a fast path asks of a node's kit: ``version`` verified file by file against ``expected``
+    and ``current`` pointing at it. ``{"version", "current", "problems" (the first ``limit``),
+    "count"}``; a wrong ``current`` is one of the problems."""
+    problems = verify_tree(os.path.join(store, version), expected)
+    current = current_version(store)
+    if current != version:
+        what = "points at {}, not the configured kit {}".format(current or "nothing", version)
+        problems.append(problem(os.path.join(store, CURRENT), what))
+    return {"version": version, "current": current, "problems": problems[:limit], "count": len(problems)}
+
+
 def switch_current(store, version):
     """Point ``<store>/current`` at ``<store>/<version>`` atomically (a temporary link, renamed over
     the old one). Returns True when it changed."""

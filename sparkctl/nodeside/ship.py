@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,4 +55,40 @@ def python_script(modules: Iterable[str], body: str, params: Mapping[str, Any], 
     return f"exec python3 - <<'{eof}'\n{text}{eof}\n"
 
 
-__all__ = ["PACKAGE", "ROOT", "python_script", "sources"]
+def answers(results: Mapping[str, Any], mode: str) -> dict[str, Mapping[str, Any] | str]:
+    """Each node's JSON answer (the last line of its output, ``{"mode": mode, …}``), or a string
+    saying why there is none. ``results`` are ``sparkctl.ssh.fleet.HostResult``s by node."""
+    out: dict[str, Mapping[str, Any] | str] = {}
+    for name, res in results.items():
+        if not res.reachable:
+            out[name] = f"unreachable: {res.error}"
+            continue
+        try:
+            doc = json.loads(res.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            why = (res.stderr.strip().splitlines() or [f"exit {res.rc}, no output"])[-1][:200]
+            out[name] = f"the check did not run ({why})"
+            continue
+        ok = isinstance(doc, dict) and doc.get("mode") == mode
+        out[name] = doc if ok else "the check answered something else"
+    return out
+
+
+@dataclass
+class Verdict:
+    """A fast path's verdict: it may be taken when there is no reason against it."""
+
+    reasons: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.reasons
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": "fast" if self.ok else "playbook", "reasons": self.reasons,
+                "check_seconds": round(self.seconds, 3)}
+
+
+__all__ = ["PACKAGE", "ROOT", "Verdict", "answers", "python_script", "sources"]

@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import shlex
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
 from sparkctl.errors import SparkctlError
+from sparkctl.nodeside import images as images_
 from sparkctl.nodeside import kit as nodekit
 from sparkctl.nodeside import ship
 from sparkctl.render.rank import start_waves
@@ -92,13 +92,7 @@ def main(p):
         out["unit"] = {"error": str(exc)[:200]}
     if p.get("kit"):
         k = p["kit"]
-        problems = kit.verify_tree(os.path.join(k["store"], k["version"]), k["expected"])
-        current = kit.current_version(k["store"])
-        if current != k["version"]:
-            problems.append(kit.problem(os.path.join(k["store"], kit.CURRENT), "points at {}, not the "
-                                        "configured kit {}".format(current or "nothing", k["version"])))
-        out["kit"] = {"version": k["version"], "current": current, "problems": problems[:50],
-                      "count": len(problems)}
+        out["kit"] = kit.staged_check(k["store"], k["version"], k["expected"])
     if p.get("image"):
         i = p["image"]
         try:
@@ -174,21 +168,8 @@ def check_params(cluster: Any, entry: Mapping[str, Any], kit: KitReference | Non
 # --- the verdict ---------------------------------------------------------------------------------
 
 
-@dataclass
-class FastCheck:
+class FastCheck(ship.Verdict):
     """Whether `up` may start the installed units without the playbook, and if not, why."""
-
-    reasons: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return not self.reasons
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"path": "fast" if self.ok else "playbook", "reasons": self.reasons,
-                "check_seconds": round(self.seconds, 3)}
 
 
 def judge(cluster: Any, doc: Mapping[str, Any], answers: Mapping[str, Mapping[str, Any] | str],
@@ -241,22 +222,12 @@ def judge(cluster: Any, doc: Mapping[str, Any], answers: Mapping[str, Mapping[st
                 more = f" (and {int(k.get('count', 0)) - 3} more)" if int(k.get("count", 0)) > 3 else ""
                 reasons.append(f"{name}: kit {k.get('version')} fails verification: {shown}{more}")
         if cluster.runtime.kind == "container":
-            img = ans.get("image")
-            found = img.get("found") if isinstance(img, Mapping) else None
-            if not isinstance(img, Mapping) or img.get("error"):
-                why = img.get("error") if isinstance(img, Mapping) else "no answer"
-                reasons.append(f"{name}: the image could not be read ({why})")
-            elif not found:
-                reasons.append(f"{name}: has no image under {cluster.runtime.image}")
-            else:
-                images[name] = str(found.get("id"))
-    want_id = pin or images.get(head)
-    if want_id:
-        whose = "the pinned image" if pin else "the head's"
-        for name, ident in sorted(images.items()):
-            if ident != want_id:
-                reasons.append(f"{name}: the image under {cluster.runtime.image} is {ident}, "
-                               f"not {whose} {want_id}")
+            why, ident = images_.judge_answer(name, ans.get("image"), cluster.runtime.image)
+            if why:
+                reasons.append(why)
+            elif ident:
+                images[name] = ident
+    reasons += images_.mismatches(images, pin or images.get(head), bool(pin), cluster.runtime.image or "")
     return reasons
 
 
@@ -268,19 +239,7 @@ def check(cluster: Any, doc: Mapping[str, Any], fleet: FleetLike, kit: KitRefere
     ref = kit if isinstance(kit, KitReference) else None
     scripts = {str(e["name"]): check_script(check_params(cluster, e, ref)) for e in doc["nodes"]}
     results = fleet.run(scripts, timeout=timeout, only=list(scripts))
-    answers: dict[str, Mapping[str, Any] | str] = {}
-    for name, res in results.items():
-        if not res.reachable:
-            answers[name] = f"unreachable: {res.error}"
-            continue
-        try:
-            doc_ = json.loads(res.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            why = (res.stderr.strip().splitlines() or [f"exit {res.rc}, no output"])[-1][:200]
-            answers[name] = f"the check did not run ({why})"
-            continue
-        answers[name] = doc_ if isinstance(doc_, dict) and doc_.get("mode") == "upcheck" else \
-            "the check answered something else"
+    answers = ship.answers(results, "upcheck")
     reasons = [f"kit: {kit}"] if isinstance(kit, str) else []
     reasons += judge(cluster, doc, answers, kit_needed=kit is not None)
     out = FastCheck(reasons, time.monotonic() - t0,

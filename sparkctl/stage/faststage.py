@@ -24,14 +24,13 @@ always the playbook's: only the head can tell whether its source changed.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from sparkctl.nodeside import images as images_
 from sparkctl.nodeside import kit as nodekit
 from sparkctl.nodeside import ship
 from sparkctl.render.kit import kit_facts
@@ -54,10 +53,7 @@ def main(p):
     out = {"mode": "stagecheck"}
     if p.get("kit"):
         k = p["kit"]
-        problems = kit.verify_tree(os.path.join(k["store"], k["version"]), k["expected"])
-        current = kit.current_version(k["store"])
-        out["kit"] = {"version": k["version"], "current": current, "problems": problems[:50],
-                      "count": len(problems)}
+        out["kit"] = kit.staged_check(k["store"], k["version"], k["expected"])
     if p.get("image"):
         i = p["image"]
         try:
@@ -155,21 +151,8 @@ def check_params(cluster: Any, node: Any, todo: list[str], kit: Any,
 # --- the verdict ---------------------------------------------------------------------------------
 
 
-@dataclass
-class StageCheck:
+class StageCheck(ship.Verdict):
     """Whether `stage` has nothing to do (then ``nodes`` holds the summary the table shows)."""
-
-    reasons: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return not self.reasons
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"path": "fast" if self.ok else "playbook", "reasons": self.reasons,
-                "check_seconds": round(self.seconds, 3)}
 
 
 def _shown(items: list[Any], count: int, text: Any = str) -> str:
@@ -211,15 +194,12 @@ def judge(cluster: Any, todo: list[str], answers: Mapping[str, Mapping[str, Any]
                     "current": k.get("current"), "switched": False}
         if "image" in todo:
             img = ans.get("image")
-            found = img.get("found") if isinstance(img, Mapping) else None
-            if not isinstance(img, Mapping) or img.get("error"):
-                why = img.get("error") if isinstance(img, Mapping) else "no answer"
-                reasons.append(f"{name}: the image could not be read ({why})")
-            elif not found:
-                reasons.append(f"{name}: has no image under {rt.image}")
-            else:
-                images[name] = str(found.get("id"))
-                summary["image"] = {"id": images[name], "bytes_moved": 0}
+            why, ident = images_.judge_answer(name, img, rt.image)
+            if why:
+                reasons.append(why)
+            elif ident and isinstance(img, Mapping):
+                images[name] = ident
+                summary["image"] = {"id": ident, "bytes_moved": 0}
                 build = img.get("build")
                 if isinstance(build, Mapping) and not build.get("current"):
                     reasons.append(f"{name}: {build.get('why') or 'the image is not the staged kit build'}")
@@ -259,11 +239,8 @@ def judge(cluster: Any, todo: list[str], answers: Mapping[str, Mapping[str, Any]
         if not rt.image_id and rt.image_source != "build":
             reasons.append(f"the image is not pinned (sparkctl_runtime.image_id) and comes by "
                            f"{rt.image_source}: the playbook consults its source")
-        elif want:
-            whose = "the pinned image" if rt.image_id else "the head's"
-            for name, ident in sorted(images.items()):
-                if ident != want:
-                    reasons.append(f"{name}: the image under {rt.image} is {ident}, not {whose} {want}")
+        else:
+            reasons += images_.mismatches(images, want, bool(rt.image_id), rt.image or "")
     return reasons, nodes
 
 
@@ -291,20 +268,7 @@ def check(cluster: Any, what: str, fleet: Any, kit: Any, timeout: float = 120.0)
         results = fleet.run(scripts, timeout=timeout, only=list(scripts))
     except (OSError, subprocess.SubprocessError) as exc:
         return StageCheck([f"the nodes could not be checked over SSH: {exc}"], time.monotonic() - t0)
-    answers: dict[str, Mapping[str, Any] | str] = {}
-    for name, res in results.items():
-        if not res.reachable:
-            answers[name] = f"unreachable: {res.error}"
-            continue
-        try:
-            doc = json.loads(res.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            why = (res.stderr.strip().splitlines() or [f"exit {res.rc}, no output"])[-1][:200]
-            answers[name] = f"the check did not run ({why})"
-            continue
-        answers[name] = doc if isinstance(doc, dict) and doc.get("mode") == "stagecheck" else \
-            "the check answered something else"
-    found, nodes = judge(cluster, todo, answers, ref, expected)
+    found, nodes = judge(cluster, todo, ship.answers(results, "stagecheck"), ref, expected)
     return StageCheck(found, time.monotonic() - t0, nodes)
 
 

@@ -34,7 +34,6 @@ from sparkctl.nodeside import images as images_
 from sparkctl.nodeside import kit as nodekit
 from sparkctl.nodeside import ship
 from sparkctl.render.kit import kit_facts
-from sparkctl.stage import dsv41en1
 from sparkctl.stage import manifest as mf
 
 # Shipped to the node, dependencies first.
@@ -77,7 +76,8 @@ def main(p):
     if p.get("engram"):
         e = p["engram"]
         try:
-            res = engram.check_rank(e["model_dir"], e["engram_dir"], e["rank"], e["tp"], e["layers"], "quick")
+            res = engram.check_rank(e["model_dir"], e["engram_dir"], e["rank"], e["tp"], engram.LAYERS,
+                                    "quick")
             out["engram"] = {"present": res.present, "verified": res.verified, "files": res.files,
                              "problems": res.problems[:50]}
         except Exception as exc:  # any failure to read is a reason for the playbook, never a pass
@@ -144,7 +144,7 @@ def check_params(cluster: Any, node: Any, todo: list[str], kit: Any,
         params["weights"] = {"model_dir": str(paths.model_dir), "expected": expected}
     if "engram" in todo:
         params["engram"] = {"model_dir": str(paths.model_dir), "engram_dir": str(paths.engram_dir),
-                            "rank": node.rank, "tp": cluster.profile.tp_size, "layers": list(dsv41en1.LAYERS)}
+                            "rank": node.rank, "tp": cluster.profile.tp_size}
     return params
 
 

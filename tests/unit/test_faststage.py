@@ -78,8 +78,7 @@ def _params(staged: dict[str, Any], node: Path | None = None) -> dict[str, Any]:
     model = str(node or staged["node"])
     return {"mode": "stagecheck",
             "weights": {"model_dir": model, "expected": staged["expected"]},
-            "engram": {"model_dir": model, "engram_dir": str(staged["engram"]), "rank": 1, "tp": 4,
-                       "layers": list(dsv41en1.LAYERS)}}
+            "engram": {"model_dir": model, "engram_dir": str(staged["engram"]), "rank": 1, "tp": 4}}
 
 
 def test_a_staged_node_answers_clean(staged: dict[str, Any]) -> None:

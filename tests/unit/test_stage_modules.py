@@ -4,12 +4,14 @@ and the failure messages that name the node and the file."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import synth_checkpoint
@@ -128,3 +130,23 @@ def test_verify_names_a_flipped_byte_and_reports_a_summary(ckpt: Path, tmp_path:
     )
     failed, res = module("spark_stage_verify", {**base, "fail_on_problems": False})
     assert not failed and res["stage"]["weights"]["verified"] is False and not res["changed"]
+
+
+STAGE_ROLE = Path(__file__).resolve().parents[2] / "roles" / "spark_stage"
+LAYER_MODULES = ("spark_stage_source", "spark_stage_pack", "spark_stage_verify")
+
+
+def test_the_engram_layers_are_the_formats_and_no_setting_changes_them(ckpt: Path, tmp_path: Path) -> None:
+    """`stage`'s fast path checks dsv41en1.LAYERS; a role variable or module option that moved the
+    playbook to other layers would let the two disagree ("nothing to stage" with a layer missing)."""
+    defaults = yaml.safe_load((STAGE_ROLE / "defaults" / "main.yml").read_text())
+    specs = yaml.safe_load((STAGE_ROLE / "meta" / "argument_specs.yml").read_text())
+    options = specs["argument_specs"]["main"]["options"]
+    assert not [k for k in [*defaults, *options] if "layer" in k]
+    for name in LAYER_MODULES:
+        src = (STAGE_ROLE / "library" / f"{name}.py").read_text()
+        assert not re.search(r"^\s*layers\s*[:=]", src, re.M), name  # neither documented nor in the spec
+    failed, res = module("spark_stage_verify", {"node": "spark-1", "model_dir": str(ckpt),
+                                                "engram_dir": str(tmp_path / "e"), "rank": 0, "tp": 4,
+                                                "layers": [1, 14, 20]})
+    assert failed and "layers" in res["msg"] and "Unsupported parameters" in res["msg"], res

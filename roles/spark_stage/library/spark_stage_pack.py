@@ -22,7 +22,6 @@ options:
   engram_dir: {type: path, required: true, description: Output directory.}
   rank: {type: int, required: true, description: This node's rank.}
   tp: {type: int, required: true, description: Tensor-parallel size.}
-  layers: {type: list, elements: int, default: [1, 14], description: Engram layers.}
   force: {type: bool, default: false, description: Delete leftovers instead of refusing.}
   margin_gib: {type: float, default: 8, description: Free space that must remain afterwards.}
   block_rows: {type: int, default: 8192, description: Rows per I/O block (8192 rows = 2.06 MiB).}
@@ -42,7 +41,6 @@ def main():
             engram_dir=dict(type="path", required=True),
             rank=dict(type="int", required=True),
             tp=dict(type="int", required=True),
-            layers=dict(type="list", elements="int", default=[1, 14]),
             force=dict(type="bool", default=False),
             margin_gib=dict(type="float", default=8.0),
             block_rows=dict(type="int", default=dsv41en1.DEFAULT_BLOCK_ROWS),
@@ -55,7 +53,7 @@ def main():
     if p["progress_path"] and not module.check_mode:
         total = 0
         try:
-            for src in dsv41en1.locate(p["model_dir"], p["layers"]):
+            for src in dsv41en1.locate(p["model_dir"], dsv41en1.LAYERS):
                 lo, hi = dsv41en1.row_range(src.rows, p["rank"], p["tp"])
                 total += (hi - lo) * dsv41en1.ROW_BYTES
         except (dsv41en1.FormatError, OSError, ValueError):
@@ -65,7 +63,7 @@ def main():
         ticker.start()
     try:
         res = dsv41en1.pack_rank(
-            p["model_dir"], p["engram_dir"], p["rank"], p["tp"], p["layers"], force=p["force"],
+            p["model_dir"], p["engram_dir"], p["rank"], p["tp"], dsv41en1.LAYERS, force=p["force"],
             check_mode=module.check_mode, margin_bytes=int(p["margin_gib"] * (1 << 30)), block_rows=p["block_rows"],
             on_progress=(lambda n: progress.add(done=n)) if progress is not None else None,
         )

@@ -28,7 +28,6 @@ options:
   hf_token: {type: str, description: Hugging Face token (never logged).}
   full: {type: bool, default: false, description: Re-hash every file even when unchanged.}
   expected: {type: dict, description: A manifest to compare with (returns C(missing)); nothing is written.}
-  layers: {type: list, elements: int, default: [1, 14], description: Engram layers whose row counts are returned.}
   margin_gib: {type: float, default: 8.0, description: "source=hf: free space to keep beyond the download (checked before it)."}
 author: sparkctl
 """
@@ -170,7 +169,6 @@ def main():
             hf_token=dict(type="str", no_log=True),
             full=dict(type="bool", default=False),
             expected=dict(type="dict"),
-            layers=dict(type="list", elements="int", default=[1, 14]),
             margin_gib=dict(type="float", default=8.0),
             _node=dict(type="str", default=""),
         ),
@@ -227,7 +225,7 @@ def main():
                 module.warn(f"cannot save {manifest.MANIFEST_NAME} in {model_dir}: {exc}")
     engram = []
     try:
-        for src in dsv41en1.locate(model_dir, p["layers"]):
+        for src in dsv41en1.locate(model_dir, dsv41en1.LAYERS):
             engram.append({"layer": src.layer, "rows": src.rows, "file": src.weight_file})
     except dsv41en1.FormatError as exc:
         module.fail_json(msg=f"{node}: {exc}")

@@ -22,7 +22,6 @@ options:
   what: {type: str, choices: [weights, engram, all], default: all, description: What to verify.}
   depth: {type: str, choices: [quick, full], default: quick, description: Quick (stat) or full (re-hash).}
   expected: {type: dict, description: The head's manifest (default: this node's own).}
-  layers: {type: list, elements: int, default: [1, 14], description: Engram layers.}
   fail_on_problems: {type: bool, default: true, description: Fail when anything is wrong.}
 author: sparkctl
 """
@@ -73,7 +72,6 @@ def main():
             what=dict(type="str", choices=["weights", "engram", "all"], default="all"),
             depth=dict(type="str", choices=["quick", "full"], default="quick"),
             expected=dict(type="dict"),
-            layers=dict(type="list", elements="int", default=[1, 14]),
             fail_on_problems=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
@@ -85,7 +83,7 @@ def main():
         summary["weights"] = weights_summary(p["model_dir"], p["expected"], p["depth"])
         problems += [f"{p['model_dir']}/{x}" for x in summary["weights"]["problems"]]
     if p["what"] in ("engram", "all"):
-        res = dsv41en1.check_rank(p["model_dir"], p["engram_dir"], p["rank"], p["tp"], p["layers"], p["depth"])
+        res = dsv41en1.check_rank(p["model_dir"], p["engram_dir"], p["rank"], p["tp"], dsv41en1.LAYERS, p["depth"])
         summary["engram"] = {"present": res.present, "verified": res.verified, "files": res.files,
                              "problems": res.problems}
         problems += [f"{p['engram_dir']}/{x}" if not x.startswith("checkpoint:") else x for x in res.problems]

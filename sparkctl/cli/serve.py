@@ -472,14 +472,8 @@ def _fast_check(cluster: Any, doc: dict[str, Any], fleet: Any, full: bool, say: 
         say(f"{ui.OK} nothing to install on {len(cluster.nodes)} nodes (unit, environment, secrets and kit "
             f"files, kit, image checked in {fast.seconds:.1f} s): starting over SSH without the playbook")
         return fast
-    shown = fast.reasons[:fastup.MAX_REASONS]
-    more = len(fast.reasons) - len(shown)
-    say(f"running playbooks/up.yml: {shown[0]}" if len(shown) == 1 else "running playbooks/up.yml:")
-    if len(shown) > 1:
-        for reason in shown:
-            say(f"  • {reason}")
-    if more:
-        say(f"  • and {more} more")
+    for line in fast.playbook_lines("playbooks/up.yml"):
+        say(line)
     return fast
 
 

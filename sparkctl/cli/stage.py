@@ -56,15 +56,8 @@ def _say_path(fast: faststage.StageCheck, nodes: int) -> None:
         ui.console.print(f"{ui.OK} nothing to stage on {nodes} nodes (checked in {fast.seconds:.1f} s "
                          "over SSH; --full runs the playbook)")
         return
-    shown = fast.reasons[:faststage.MAX_REASONS]
-    more = len(fast.reasons) - len(shown)
-    ui.console.print(f"running playbooks/stage.yml: {shown[0]}" if len(shown) == 1
-                     else "running playbooks/stage.yml:")
-    if len(shown) > 1:
-        for reason in shown:
-            ui.console.print(f"  • {reason}")
-    if more:
-        ui.console.print(f"  • and {more} more")
+    for line in fast.playbook_lines("playbooks/stage.yml"):
+        ui.console.print(line)
 
 
 def node_summaries(result: runner.RunResult) -> dict[str, dict[str, Any]]:
@@ -244,12 +237,14 @@ def stage(
             hint="set sparkctl_runtime.kind: container with image (and image_source) in "
             "group_vars/all/sparkctl.yml",
         )
+    # --verify-only and --force are the playbook's own modes: the path is said only with --verbose.
+    quiet_path = verify_only or force
     if verify_only or force or full:
         why = "--verify-only" if verify_only else "--force" if force else "--full"
         fast = faststage.StageCheck([why])
     else:
         fast = _fast_check(cluster, what.value)
-    if not state.json and (fast.ok or state.verbose or fast.reasons[0] not in ("--verify-only", "--force")):
+    if not state.json and (state.verbose or not quiet_path):
         _say_path(fast, len(cluster.nodes))
     if fast.ok:
         if state.json:

@@ -74,6 +74,10 @@ def answers(results: Mapping[str, Any], mode: str) -> dict[str, Mapping[str, Any
     return out
 
 
+# Reasons a fast path prints before the playbook runs (all of them stay in --json).
+MAX_REASONS = 12
+
+
 @dataclass
 class Verdict:
     """A fast path's verdict: it may be taken when there is no reason against it."""
@@ -90,5 +94,15 @@ class Verdict:
         return {"path": "fast" if self.ok else "playbook", "reasons": self.reasons,
                 "check_seconds": round(self.seconds, 3)}
 
+    def playbook_lines(self, playbook: str) -> list[str]:
+        """What to print when the playbook runs: why (one reason inline, several as a list, at most
+        MAX_REASONS of them and how many more)."""
+        shown = self.reasons[:MAX_REASONS]
+        more = len(self.reasons) - len(shown)
+        if len(shown) == 1 and not more:
+            return [f"running {playbook}: {shown[0]}"]
+        tail = [f"  • and {more} more"] if more else []
+        return [f"running {playbook}:", *(f"  • {r}" for r in shown), *tail]
 
-__all__ = ["PACKAGE", "ROOT", "Verdict", "answers", "python_script", "sources"]
+
+__all__ = ["MAX_REASONS", "PACKAGE", "ROOT", "Verdict", "answers", "python_script", "sources"]

@@ -48,7 +48,6 @@ NODE_MODULES = ("nodeside.kit", "nodeside.images", "nodeside.manifests", "stage.
 START_WAIT_S = 30
 # Tries of `systemctl start` (a start right after a stop can meet a cgroup still being torn down).
 START_TRIES = 3
-MAX_REASONS = 12
 
 
 # Runs on the node (after ``ship``'s loader has loaded NODE_MODULES), then the check. Reads only.
@@ -91,14 +90,9 @@ def main(p):
     except (OSError, subprocess.SubprocessError) as exc:
         out["unit"] = {"error": str(exc)[:200]}
     if p.get("kit"):
-        k = p["kit"]
-        out["kit"] = kit.staged_check(k["store"], k["version"], k["expected"])
+        out["kit"] = kit.staged_check(**p["kit"])
     if p.get("image"):
-        i = p["image"]
-        try:
-            out["image"] = {"found": image.node_image(i["ref"], i.get("want_id"))}
-        except (OSError, subprocess.SubprocessError) as exc:
-            out["image"] = {"error": str(exc)[:200]}
+        out["image"] = image.staged_answer(**p["image"])
     print(json.dumps(out))
 '''
 

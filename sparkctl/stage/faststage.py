@@ -39,29 +39,20 @@ from sparkctl.stage import manifest as mf
 # Shipped to the node, dependencies first.
 NODE_MODULES = ("nodeside.kit", "nodeside.images", "nodeside.manifests", "stage.manifest", "stage.image",
                 "stage.safetensors", "stage.writeback", "stage.dsv41en1")
-MAX_REASONS = 12
 SHOWN = 3
 
 # Runs on the node (after ship's loader), reads only.
 _NODE_CHECK = r'''
-import os, subprocess
+import os
 kit = shipped("nodeside.kit"); image = shipped("stage.image"); mf = shipped("stage.manifest")
 engram = shipped("stage.dsv41en1")
 
 def main(p):
     out = {"mode": "stagecheck"}
     if p.get("kit"):
-        k = p["kit"]
-        out["kit"] = kit.staged_check(k["store"], k["version"], k["expected"])
+        out["kit"] = kit.staged_check(**p["kit"])
     if p.get("image"):
-        i = p["image"]
-        try:
-            out["image"] = {"found": image.node_image(i["ref"], i.get("want_id"))}
-            if i.get("build"):
-                b = i["build"]
-                out["image"]["build"] = image.built_from(i["ref"], b["context"], b["dockerfile"])
-        except (OSError, subprocess.SubprocessError) as exc:
-            out["image"] = {"error": str(exc)[:200]}
+        out["image"] = image.staged_answer(**p["image"])
     if p.get("weights"):
         w = p["weights"]
         root = w["model_dir"]
@@ -136,8 +127,8 @@ def check_params(cluster: Any, node: Any, todo: list[str], kit: Any,
     if "image" in todo:
         rt = cluster.runtime
         params["image"] = {"ref": rt.image, "want_id": rt.image_id}
-        facts = kit_facts(cluster) or {}
-        if rt.image_source == "build" and node.rank == 0 and facts.get("dockerfile"):
+        facts = (kit_facts(cluster) or {}) if rt.image_source == "build" and node.rank == 0 else {}
+        if facts.get("dockerfile"):  # the head builds the image: its build label is checked there
             params["image"]["build"] = {"context": facts["current"], "dockerfile": facts["dockerfile"]}
     paths = cluster.paths
     if "weights" in todo and expected is not None:

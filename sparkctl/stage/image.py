@@ -107,6 +107,19 @@ def node_image(ref: str, want_id: str | None) -> dict[str, Any] | None:
     return found
 
 
+def staged_answer(ref: str, want_id: str | None, build: dict[str, str] | None = None) -> dict[str, Any]:
+    """What a fast path (of `up` or `stage`) asks of a node's image: ``{"found": node_image}``, plus
+    ``"build"`` (``built_from``) when ``build`` names the kit context and Dockerfile; ``{"error"}``
+    when docker cannot be asked."""
+    try:
+        out: dict[str, Any] = {"found": node_image(ref, want_id)}
+        if build:
+            out["build"] = built_from(ref, build["context"], build["dockerfile"])
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"error": str(exc)[:200]}
+    return out
+
+
 def probe(ref: str, run_dir: str, want_id: str | None = None) -> dict[str, Any]:
     """Everything stage needs to know about this node, changing nothing."""
     eng = engine()
@@ -153,28 +166,43 @@ def labels(ref: str) -> dict[str, str] | None:
     return {str(k): str(v) for k, v in doc.items()} if isinstance(doc, dict) else {}
 
 
+Bases = list[tuple[str, dict[str, Any] | None]]  # each base image and what `inspect` finds of it
+
+
+def _build_inputs(context: str, dockerfile: str) -> tuple[str, bytes, Bases]:
+    """What a build of ``context`` depends on, read once: the kit directory it resolves to, the
+    Dockerfile's bytes, and each base image with what ``inspect`` finds of it on this node (None when
+    missing or named by a build argument). Raises OSError when the Dockerfile cannot be read."""
+    real = os.path.realpath(context)
+    with open(os.path.join(real, dockerfile), "rb") as fh:
+        text = fh.read()
+    bases = [(b, None if "$" in b else inspect(b)) for b in base_images(text.decode("utf-8", "replace"))]
+    return real, text, bases
+
+
+def _key(ref: str, dockerfile: str, real: str, text: bytes, bases: Bases) -> tuple[str | None, str]:
+    ids = []
+    for base, found in bases:
+        if "$" in base:
+            return None, f"{dockerfile} names its base by a build argument ({base})"
+        if found is None:
+            return None, f"the base image {base} is not on this node"
+        ids.append([base, found["id"]])
+    doc = {"ref": ref, "kit": os.path.basename(real), "bases": ids,
+           "dockerfile": [dockerfile, hashlib.sha256(text).hexdigest()]}
+    return "v1:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest(), ""
+
+
 def build_key(ref: str, context: str, dockerfile: str) -> tuple[str | None, str]:
     """``(key, why)``: one digest over what a build of ``ref`` depends on. That is the kit version the
     context resolves to (a content-addressed directory), the Dockerfile's bytes and the ID of every
     base image on this node. The key is None, with the reason, when it cannot be known: no
     Dockerfile, a base named by a build argument, or a base missing on this node."""
-    real = os.path.realpath(context)
     try:
-        with open(os.path.join(real, dockerfile), "rb") as fh:
-            text = fh.read()
+        inputs = _build_inputs(context, dockerfile)
     except OSError as exc:
         return None, f"cannot read {os.path.join(context, dockerfile)}: {exc.strerror or exc}"
-    bases = []
-    for base in base_images(text.decode("utf-8", "replace")):
-        if "$" in base:
-            return None, f"{dockerfile} names its base by a build argument ({base})"
-        found = inspect(base)
-        if found is None:
-            return None, f"the base image {base} is not on this node"
-        bases.append([base, found["id"]])
-    doc = {"ref": ref, "kit": os.path.basename(real), "bases": bases,
-           "dockerfile": [dockerfile, hashlib.sha256(text).hexdigest()]}
-    return "v1:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest(), ""
+    return _key(ref, dockerfile, *inputs)
 
 
 def built_from(ref: str, context: str, dockerfile: str) -> dict[str, Any]:
@@ -205,15 +233,15 @@ def build(ref: str, context: str, dockerfile: str, node: str, timeout: float = 7
         raise ImageError(
             f"{node}: the kit has no {dockerfile} ({path} is missing); the image cannot be built"
         )
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        missing = [b for b in base_images(fh.read()) if "$" not in b and inspect(b) is None]
+    inputs = _build_inputs(context, dockerfile)
+    missing = [base for base, found in inputs[2] if "$" not in base and found is None]
     if missing:
         raise ImageError(
             f"{node}: the base image(s) {', '.join(missing)} of {dockerfile} are not on this node and a "
             "build never pulls; load them first (docker load) or use image_source: pull|archive"
         )
     before = inspect(ref)
-    key, _why = build_key(ref, context, dockerfile)
+    key, _why = _key(ref, dockerfile, *inputs)
     label = ["--label", f"{BUILD_LABEL}={key}"] if key else []
     proc = _docker(["build", "--pull=false", *label, "-f", path, "-t", ref, context], timeout=timeout)
     if proc.returncode != 0:

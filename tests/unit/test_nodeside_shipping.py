@@ -11,6 +11,7 @@ from typing import Any
 
 from modrun import needs_ansible, run_module
 
+from sparkctl.nodeside.ship import MAX_REASONS, Verdict
 from sparkctl.serve import probe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,3 +70,11 @@ def test_identity_module_reads_links_through_module_utils() -> None:
     res = _module("spark_preflight", "sparkctl_identity", {"netdevs": ["lo", "absent9"], "hcas": []})
     assert res["missing_netdevs"] == ["absent9"]
     assert res["identity"]["kernel"] == os.uname().release and res["identity"]["cx7_firmware"] == "n/a"
+
+
+def test_a_verdict_says_why_the_playbook_runs_inline_listed_or_cut_short() -> None:
+    assert Verdict().ok
+    assert Verdict(["x"]).playbook_lines("playbooks/up.yml") == ["running playbooks/up.yml: x"]
+    assert Verdict(["a", "b"]).playbook_lines("p.yml") == ["running p.yml:", "  • a", "  • b"]
+    many = Verdict([f"r{i}" for i in range(MAX_REASONS + 3)]).playbook_lines("p.yml")
+    assert many[0] == "running p.yml:" and many[-1] == "  • and 3 more" and len(many) == MAX_REASONS + 2

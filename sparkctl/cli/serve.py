@@ -396,6 +396,9 @@ def up(
                 if exc.log_tail:
                     tail = exc.log_tail.splitlines()[-bootwatch.LOG_TAIL_LINES:]
                     details += ["log tail:"] + [f"    {line}" for line in tail]
+                if exc.head_tail:
+                    tail = exc.head_tail.splitlines()[-bootwatch.LOG_TAIL_LINES:]
+                    details += [f"log tail of rank 0 ({exc.head}):"] + [f"    {line}" for line in tail]
                 raise SparkctlError(
                     f"`up` failed at the gate {exc.gate!r} on {exc.node or 'the cluster'}: {exc.detail}",
                     hint=f"{stopped}; see the log tail, fix, and run `sparkctl up` again",
@@ -433,7 +436,8 @@ def _breach_failure(breach: Any, seen: bootwatch.GateFailure | None) -> bootwatc
     """The memory guard's breach as the failed gate, with the log tail and records of the gate that
     failed after it (``seen``), if any."""
     tail = seen.log_tail if seen else ""
-    failure = bootwatch.GateFailure("memory guard", breach.node, breach.describe(), tail)
+    failure = bootwatch.GateFailure("memory guard", breach.node, breach.describe(), tail,
+                                    seen.head if seen else None, seen.head_tail if seen else "")
     failure.record_dir = seen.record_dir if seen else None
     return failure
 

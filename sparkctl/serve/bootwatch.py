@@ -28,14 +28,19 @@ LOG_TAIL_LINES = 30
 
 
 class GateFailure(Exception):
-    """A gate failed: which gate, on which node, why, and that node's log tail."""
+    """A gate failed: which gate, on which node, why, and that node's log tail. When the node is a
+    worker, rank 0's log tail as well (``head``, ``head_tail``): a worker that exits has most often
+    lost rank 0, and why rank 0 went away is in rank 0's journal, not the worker's."""
 
-    def __init__(self, gate: str, node: str | None, detail: str, log_tail: str = ""):
+    def __init__(self, gate: str, node: str | None, detail: str, log_tail: str = "",
+                 head: str | None = None, head_tail: str = ""):
         super().__init__(f"{gate}: {detail}")
         self.gate = gate
         self.node = node
         self.detail = detail
         self.log_tail = log_tail
+        self.head = head
+        self.head_tail = head_tail
         self.record_dir: Path | None = None  # where the boot records of the failed start are
 
 
@@ -172,9 +177,11 @@ class BootWatch:
             self.state.rows[node].note = detail[:80]
         self._emit()
         tail = self.log_tail(node) if node is not None else ""
+        head = next((n.name for n in self.cluster.nodes if n.rank == 0), None)
+        head_tail = self.log_tail(head) if node is not None and head is not None and node != head else ""
         self._record("boot-state.json", {"status": "FAILED", "gate": gate, "node": node, "detail": detail,
                                          "min_mem_available": self.min_seen})
-        return GateFailure(gate, node, detail, tail)
+        return GateFailure(gate, node, detail, tail, head if head_tail else None, head_tail)
 
     def _deadline(self) -> float:
         return self.state.started + float(self.gates.boot_timeout_s)

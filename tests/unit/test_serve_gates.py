@@ -262,11 +262,35 @@ def test_a_rank_that_exits_fails_the_boot(lab: Any, tmp_path: Path) -> None:
             state["spark-1"].result = "exit-code"
 
     nodes.on_round = dies
+    nodes.state["spark-0"].journal = "2026-11-29T10:00:05+0000 spark-0 rank[0]: scheduler died: oom\n"
     watch, _, _ = _watch(lab, tmp_path)
     with pytest.raises(bootwatch.GateFailure) as info:
         watch.run()
     assert info.value.gate == "rank unit exited" and info.value.node == "spark-1"
     assert "exit-code" in info.value.detail
+    # A worker that exits has most often lost rank 0: rank 0's journal comes with the failure.
+    assert info.value.head == "spark-0"
+    assert info.value.head_tail.endswith("scheduler died: oom")
+    assert "scheduler died" not in info.value.log_tail
+    assert ("spark-1", "journalctl") in nodes.calls and ("spark-0", "journalctl") in nodes.calls
+
+
+def test_a_failure_on_rank_0_reads_only_rank_0s_journal(lab: Any, tmp_path: Path) -> None:
+    _, _, nodes, api = lab
+    api.ready = False
+
+    def dies(mode: str, n: int, state: dict[str, Any]) -> None:
+        _boots()(mode, n, state)
+        if mode == "watch" and n >= 3:
+            state["spark-0"].unit = "failed"
+            state["spark-0"].result = "exit-code"
+
+    nodes.on_round = dies
+    watch, _, _ = _watch(lab, tmp_path)
+    with pytest.raises(bootwatch.GateFailure) as info:
+        watch.run()
+    assert info.value.node == "spark-0" and info.value.head is None and info.value.head_tail == ""
+    assert [c for c in nodes.calls if c[1] == "journalctl"] == [("spark-0", "journalctl")]
 
 
 def test_ready_timeout_names_rank_0(lab: Any, tmp_path: Path) -> None:

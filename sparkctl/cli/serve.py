@@ -24,6 +24,7 @@ import sys
 import tarfile
 import threading
 import time
+from collections.abc import Mapping
 from enum import StrEnum
 from importlib.metadata import version
 from pathlib import Path
@@ -588,30 +589,51 @@ def _qualify_fn(cluster: Any, run_dir: Path) -> Any:
 def down(
     ctx: typer.Context,
     grace: Annotated[int | None, typer.Option("--grace", help="Seconds rank 0 may drain before the forced shutdown (default: the profile's gates.drain_s).")] = None,  # noqa: E501
+    full: Annotated[bool, typer.Option("--full", help="Run the playbook even when every rank unit is already inactive.")] = False,  # noqa: E501
 ) -> None:
-    """Stop every rank: SIGTERM rank 0, grace period, forced shutdown, SIGKILL backstop. Idempotent."""
+    """Stop every rank: SIGTERM rank 0, grace period, forced shutdown, SIGKILL backstop. Idempotent.
+    With every node answering and every rank unit inactive there is nothing to stop: one SSH round
+    says so and the playbook does not run (--full runs it anyway)."""
     cluster, doc = _load(ctx)
     if grace is not None and grace < 0:
         raise InputError("--grace must be >= 0")
-    result = _stop_all(cluster, ctx.obj.verbose, grace)
-    if not result.ok:
-        raise SparkctlError("stopping the ranks failed", hint=f"artifacts: {result.artifact_dir}",
-                            details=[str(f) for f in result.failures][:12])
     fleet = _fleet(cluster)
     try:
-        facts = probe.collect(cluster, doc, fleet, "watch", timeout=10)
+        t0 = time.monotonic()
+        facts = None if full else probe.collect(cluster, doc, fleet, "watch", timeout=10)
+        checked_s = time.monotonic() - t0
+        stopped = False
+        if facts is None or not nothing_to_stop(facts):
+            result = _stop_all(cluster, ctx.obj.verbose, grace)
+            if not result.ok:
+                raise SparkctlError("stopping the ranks failed", hint=f"artifacts: {result.artifact_dir}",
+                                    details=[str(f) for f in result.failures][:12])
+            stopped = result.changed_total > 0
+            facts = probe.collect(cluster, doc, fleet, "watch", timeout=10)
+            path = "playbook"
+        else:
+            path = "fast"
     finally:
         fleet.close()
     running = [f"{f.name}: {f.active}" for f in facts.values() if f.reachable and f.active != "inactive"]
     if running:
         raise SparkctlError("ranks still running after down", details=running)
-    stopped = result.changed_total > 0
     if ctx.obj.json:
-        ui.print_json({"cluster": cluster.name, "result": "down", "stopped": stopped,
+        ui.print_json({"cluster": cluster.name, "result": "down", "stopped": stopped, "path": path,
                        "nodes": {n: f.active if f.reachable else f"unreachable: {f.error}"
                                  for n, f in facts.items()}})
+    elif path == "fast":
+        ui.console.print(f"{ui.OK} every rank is stopped (nothing was running: every rank unit inactive, "
+                         f"checked in {checked_s:.1f} s over SSH)")
     else:
         ui.console.print(f"{ui.OK} every rank is stopped" + ("" if stopped else " (nothing was running)"))
+
+
+def nothing_to_stop(facts: Mapping[str, probe.NodeFacts]) -> bool:
+    """True when `down` has nothing to do on any node: every node answered and its rank unit is
+    inactive. A failed unit (the playbook clears its failed state), a unit still starting or
+    stopping, or a node that did not answer (the playbook reports it) goes to the playbook."""
+    return bool(facts) and all(f.reachable and not f.error and f.active == "inactive" for f in facts.values())
 
 
 # --- logs -----------------------------------------------------------------------------------------

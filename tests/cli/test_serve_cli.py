@@ -312,6 +312,34 @@ def test_down_is_idempotent(run_cli: Any, site: Site) -> None:
     assert res.code == EXIT_OK and "nothing was running" in res.out
 
 
+def test_down_with_nothing_running_needs_no_playbook(run_cli: Any, site: Site) -> None:
+    # Every node answers and every rank unit is inactive: one SSH round, no playbook.
+    res = run_cli("-i", str(site.inventory), "--json", "down")
+    assert res.code == EXIT_OK, res.err
+    doc = json.loads(res.out)
+    assert site.books() == [] and doc["path"] == "fast" and doc["stopped"] is False
+    assert set(doc["nodes"].values()) == {"inactive"}
+    res = run_cli("-i", str(site.inventory), "down")
+    assert res.code == EXIT_OK and "nothing was running" in res.out and "over SSH" in res.out
+    assert site.books() == []
+    # --full runs the playbook whatever the nodes say.
+    res = run_cli("-i", str(site.inventory), "--json", "down", "--full")
+    assert res.code == EXIT_OK, res.err
+    assert site.books() == ["down.yml"] and json.loads(res.out)["path"] == "playbook"
+
+
+@pytest.mark.parametrize("state", ["failed", "activating", "deactivating", "unreachable"])
+def test_down_runs_the_playbook_unless_every_unit_is_inactive(run_cli: Any, site: Site, state: str) -> None:
+    # A failed unit must be cleared, a unit on its way up or down must be stopped, and a node that
+    # does not answer is the playbook's to report: none of these is "nothing to stop".
+    if state == "unreachable":
+        site.nodes.state["spark-3"].reachable = False
+    else:
+        site.nodes.state["spark-1"].unit = state
+    run_cli("-i", str(site.inventory), "--json", "down")
+    assert site.books() == ["down.yml"]
+
+
 def test_status_exit_codes_and_json(run_cli: Any, site: Site) -> None:
     for st in site.nodes.state.values():
         st.unit = "active"

@@ -56,7 +56,8 @@ def spread(xs: list[float]) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeat", type=int, default=5, help="interleaved repeats per variant (>= 5 for a report)")
+    ap.add_argument("--repeat", type=int, default=5,
+                    help="interleaved repeats per variant (>= 5 for a report)")
     ap.add_argument("--fail-node", default="spark-2")
     args = ap.parse_args()
 
@@ -76,9 +77,11 @@ def main() -> int:
     # A unit that exited with status 1 is left failed: `down` must clear it through the playbook.
     # Without an installed rank unit (provisioned, never `up`) a transient one of the same name fails;
     # an installed one is started and killed.
-    lab_ssh(args.fail_node, f"if systemctl cat {UNIT} >/dev/null 2>&1; then systemctl start --no-block {UNIT}; "
-                            f"sleep 3; systemctl kill --signal=SIGKILL {UNIT}; else systemd-run --unit={UNIT} "
-                            f"--service-type=exec /bin/false; fi; sleep 1; systemctl is-failed {UNIT} || true")
+    script = (f"if systemctl cat {UNIT} >/dev/null 2>&1; then systemctl start --no-block {UNIT}; sleep 3; "
+              f"systemctl kill --signal=SIGKILL {UNIT}; "
+              f"else systemd-run --unit={UNIT} --service-type=exec /bin/false; fi; "
+              f"sleep 1; systemctl is-failed {UNIT} || true")
+    lab_ssh(args.fail_node, script)
     change_wall, change_doc = down()
     after_wall, after_doc = down()
     state = lab_ssh(args.fail_node, f"systemctl is-active {UNIT} || true").strip()

@@ -20,12 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from stage_noop import lab_ssh, spread  # the same lab SSH and median/min/max as the stage bench
 
 REPO = Path(__file__).resolve().parents[1]
 INVENTORY = REPO / "inventory" / "lab"
@@ -41,17 +42,6 @@ def down(*extra: str) -> tuple[float, dict[str, Any]]:
         raise SystemExit(f"down {' '.join(extra)} exited {proc.returncode}: {proc.stderr[-2000:]}")
     doc: dict[str, Any] = json.loads(proc.stdout)
     return wall, doc
-
-
-def lab_ssh(node: str, command: str) -> str:
-    argv = ["ssh", "-F", str(INVENTORY / "ssh_config"), node, command]
-    return subprocess.run(argv, stdin=subprocess.DEVNULL, cwd=REPO, check=True, capture_output=True,
-                          text=True, timeout=120).stdout
-
-
-def spread(xs: list[float]) -> dict[str, Any]:
-    return {"median_s": round(statistics.median(xs), 2), "min_s": round(min(xs), 2),
-            "max_s": round(max(xs), 2), "runs_s": [round(x, 2) for x in xs]}
 
 
 def main() -> int:

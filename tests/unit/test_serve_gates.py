@@ -251,17 +251,23 @@ def test_memory_guard_stops_the_boot_and_names_the_node(lab: Any, tmp_path: Path
     assert rec["status"] == "FAILED" and rec["gate"] == "memory guard"
 
 
-def test_a_rank_that_exits_fails_the_boot(lab: Any, tmp_path: Path) -> None:
-    _, _, nodes, api = lab
-    api.ready = False
+def _exits_at_round_3(node: str) -> Any:
+    """A boot in which ``node``'s rank unit exits (status 1) at the third watch round."""
 
     def dies(mode: str, n: int, state: dict[str, Any]) -> None:
         _boots()(mode, n, state)
         if mode == "watch" and n >= 3:
-            state["spark-1"].unit = "failed"
-            state["spark-1"].result = "exit-code"
+            state[node].unit = "failed"
+            state[node].result = "exit-code"
 
-    nodes.on_round = dies
+    return dies
+
+
+def test_a_rank_that_exits_fails_the_boot(lab: Any, tmp_path: Path) -> None:
+    _, _, nodes, api = lab
+    api.ready = False
+
+    nodes.on_round = _exits_at_round_3("spark-1")
     nodes.state["spark-0"].journal = "2026-11-29T10:00:05+0000 spark-0 rank[0]: scheduler died: oom\n"
     watch, _, _ = _watch(lab, tmp_path)
     with pytest.raises(bootwatch.GateFailure) as info:
@@ -279,13 +285,7 @@ def test_a_failure_on_rank_0_reads_only_rank_0s_journal(lab: Any, tmp_path: Path
     _, _, nodes, api = lab
     api.ready = False
 
-    def dies(mode: str, n: int, state: dict[str, Any]) -> None:
-        _boots()(mode, n, state)
-        if mode == "watch" and n >= 3:
-            state["spark-0"].unit = "failed"
-            state["spark-0"].result = "exit-code"
-
-    nodes.on_round = dies
+    nodes.on_round = _exits_at_round_3("spark-0")
     watch, _, _ = _watch(lab, tmp_path)
     with pytest.raises(bootwatch.GateFailure) as info:
         watch.run()

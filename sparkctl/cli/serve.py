@@ -394,12 +394,10 @@ def up(
             stopped = _stop_after_failure(cluster, verbose)
             if isinstance(exc, bootwatch.GateFailure):
                 details = [f"node: {exc.node or 'cluster'}", f"records: {exc.record_dir or '-'}"]
-                if exc.log_tail:
-                    tail = exc.log_tail.splitlines()[-bootwatch.LOG_TAIL_LINES:]
-                    details += ["log tail:"] + [f"    {line}" for line in tail]
-                if exc.head_tail:
-                    tail = exc.head_tail.splitlines()[-bootwatch.LOG_TAIL_LINES:]
-                    details += [f"log tail of rank 0 ({exc.head}):"] + [f"    {line}" for line in tail]
+                for label, text in (("log tail:", exc.log_tail),
+                                    (f"log tail of rank 0 ({exc.head}):", exc.head_tail)):
+                    lines = text.splitlines()[-bootwatch.LOG_TAIL_LINES:]
+                    details += [label] + [f"    {ln}" for ln in lines] if lines else []
                 raise SparkctlError(
                     f"`up` failed at the gate {exc.gate!r} on {exc.node or 'the cluster'}: {exc.detail}",
                     hint=f"{stopped}; see the log tail, fix, and run `sparkctl up` again",

@@ -177,8 +177,8 @@ class BootWatch:
             self.state.rows[node].note = detail[:80]
         self._emit()
         tail = self.log_tail(node) if node is not None else ""
-        head = next((n.name for n in self.cluster.nodes if n.rank == 0), None)
-        head_tail = self.log_tail(head) if node is not None and head is not None and node != head else ""
+        head = self.cluster.head.name
+        head_tail = self.log_tail(head) if node is not None and node != head else ""
         self._record("boot-state.json", {"status": "FAILED", "gate": gate, "node": node, "detail": detail,
                                          "min_mem_available": self.min_seen})
         return GateFailure(gate, node, detail, tail, head if head_tail else None, head_tail)

@@ -39,7 +39,7 @@ from sparkctl_sim.rendezvous import Head, Worker
 from sparkctl_sim.server import Scheduler, SimHTTPServer, banner, environment_snapshot
 
 MIB = 1024 * 1024
-PAGE = 4096
+HOLD_CHUNK = 16 * MIB
 
 
 class RankProcess:
@@ -53,7 +53,7 @@ class RankProcess:
         self.exiting = threading.Event()
         self.sched = Scheduler(cfg.max_running_requests)
         self.responder = Responder(knobs, cfg.served_model_name)
-        self.held: bytearray | None = None
+        self.held: list[bytearray] | None = None
         self.kit: KitReport | None = None  # set once the kit launcher's checks passed
         self._exit = threading.Event()
         self._exit_code = 0
@@ -117,16 +117,23 @@ class RankProcess:
         threading.Thread(target=self._boot, name="sim-boot", daemon=True).start()
 
     def _hold_memory(self) -> None:
+        """Allocate and touch SPARKCTL_SIM_HOLD_MIB, a chunk at a time: one allocation of it all would
+        hold the interpreter lock for as long as the kernel takes to fault it in, and the heartbeat
+        threads would fall silent meanwhile (a busy node then looks like a lost one to its peers)."""
         if self.knobs.hold_mib <= 0:
             return
-        size = self.knobs.hold_mib * MIB
+        chunks: list[bytearray] = []
+        left = self.knobs.hold_mib * MIB
         try:
-            buf = bytearray(size)
+            while left > 0:
+                chunk = bytearray(min(left, HOLD_CHUNK))  # zero-filled: every page is touched
+                chunks.append(chunk)
+                left -= len(chunk)
+                time.sleep(0)  # let the heartbeat and HTTP threads run between chunks
         except MemoryError:
             self._fatal(f"cannot allocate SPARKCTL_SIM_HOLD_MIB={self.knobs.hold_mib} MiB (out of memory)")
             return
-        buf[::PAGE] = b"\x01" * len(range(0, size, PAGE))  # touch every page so it is really resident
-        self.held = buf
+        self.held = chunks
         self.log.info(f"holding {self.knobs.hold_mib} MiB of memory (simulated weights and KV cache)")
 
     def _boot(self) -> None:

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import secrets
+import select
 import socket
 import threading
 import time
@@ -41,6 +42,16 @@ def send_json(sock: socket.socket, lock: threading.Lock, message: dict[str, Any]
             return True
         except OSError:
             return False
+
+
+def _has_unread(sock: socket.socket) -> bool:
+    """Whether bytes from the peer wait in the socket, not yet read: then the peer is not silent,
+    this process was (its reader thread did not run), and the silence must not count against the peer."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return False
+    return bool(readable)
 
 
 def _close(sock: socket.socket) -> None:
@@ -313,7 +324,9 @@ class Head:
                 peers = [p for p in self.peers.values() if not p.gone]
             for peer in peers:
                 silent = now - peer.last_seen
-                if silent > self.knobs.peer_timeout_s:
+                if silent > self.knobs.peer_timeout_s and _has_unread(peer.sock):
+                    peer.last_seen = now
+                elif silent > self.knobs.peer_timeout_s:
                     self._peer_gone(peer, f"no heartbeat for {silent:.1f} s")
                 elif not send_json(peer.sock, peer.lock, {"type": "hb"}):
                     self._peer_gone(peer, "heartbeat send failed")
@@ -430,8 +443,11 @@ class Worker:
                 if not send_json(sock, lock, {"type": "hb"}):
                     break
                 if time.monotonic() - last_seen[0] > self.knobs.peer_timeout_s:
-                    _close(sock)  # unblocks the reader
-                    break
+                    if _has_unread(sock):
+                        last_seen[0] = time.monotonic()
+                    else:
+                        _close(sock)  # unblocks the reader
+                        break
                 time.sleep(self.knobs.heartbeat_s)
 
         threading.Thread(target=beat, name="sim-worker-hb", daemon=True).start()

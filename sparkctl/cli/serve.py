@@ -396,7 +396,7 @@ def up(
                 details = [f"node: {exc.node or 'cluster'}", f"records: {exc.record_dir or '-'}"]
                 for label, text in (("log tail:", exc.log_tail),
                                     (f"log tail of rank 0 ({exc.head}):", exc.head_tail)):
-                    lines = text.splitlines()[-bootwatch.LOG_TAIL_LINES:]
+                    lines = bootwatch.shown_tail(text)
                     details += [label] + [f"    {ln}" for ln in lines] if lines else []
                 raise SparkctlError(
                     f"`up` failed at the gate {exc.gate!r} on {exc.node or 'the cluster'}: {exc.detail}",
@@ -501,7 +501,8 @@ def _start_and_watch(cluster: Any, doc: dict[str, Any], fleet: Any, http: Any, a
             cmd = f"journalctl -u {probe.unit_name(doc)} -n 15 --no-pager -o short-iso 2>&1\n"
             res = fleet.run({host: cmd}, timeout=15, only=[host])[host]
             if res.reachable:
-                exc.details += [f"log tail of {host}:"] + [f"    {ln}" for ln in res.stdout.splitlines()]
+                shown = bootwatch.shown_tail(res.stdout)
+                exc.details += [f"log tail of {host}:"] + [f"    {ln}" for ln in shown]
         raise
     run_dir = _new_run_dir("up")
     qualify = _qualify_fn(cluster, run_dir)

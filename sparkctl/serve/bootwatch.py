@@ -22,6 +22,7 @@ GIB = 1024**3
 SAMPLE_INTERVAL_S = 2.0   # memory guard and unit states, every node
 POLL_INTERVAL_S = 0.5     # HTTP gates between samples
 LOG_TAIL_LINES = 30
+LOG_LINE_CHARS = 240      # a log line shown with a failure is cut here (a rank prints JSON lines of kB)
 
 
 # --- the boot watch -----------------------------------------------------------------------------
@@ -42,6 +43,13 @@ class GateFailure(Exception):
         self.head = head
         self.head_tail = head_tail
         self.record_dir: Path | None = None  # where the boot records of the failed start are
+
+
+def shown_tail(text: str, lines: int = LOG_TAIL_LINES, width: int = LOG_LINE_CHARS) -> list[str]:
+    """The last ``lines`` lines of a log as shown with a failure, each cut to ``width`` characters
+    with the count of what was cut: one long line must not push the rest of the failure off screen."""
+    return [ln if len(ln) <= width else f"{ln[:width]}… (+{len(ln) - width} chars)"
+            for ln in text.splitlines()[-lines:]]
 
 
 PHASES = ("unit", "health", "ready", "server_info", "markers", "chat", "qualify")

@@ -56,6 +56,12 @@ def _sparkctl(lab: Lab, inv: Path, *args: str, timeout: float = 1800) -> subproc
                           text=True, timeout=timeout, cwd=REPO, env=dict(os.environ))
 
 
+def _said(proc: subprocess.CompletedProcess[str]) -> str:
+    """What a failed sparkctl said, its start (what failed, where) and its end (what to do)."""
+    text = proc.stderr or proc.stdout
+    return text if len(text) <= 4000 else f"{text[:2000]}\n[…]\n{text[-2000:]}"
+
+
 def _first_json(text: str) -> dict[str, Any]:
     doc, _ = json.JSONDecoder().raw_decode(text.lstrip())
     return doc
@@ -96,7 +102,7 @@ def upgrade_inventory(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Ite
 def served(lab: Lab) -> None:
     """Provisioned and staged (kit, image, weights, engram): what the gated up at the end needs."""
     proc = lab.run_sparkctl("provision", timeout=1800)
-    assert proc.returncode == 0, f"sparkctl provision: {(proc.stderr or proc.stdout)[-3000:]}"
+    assert proc.returncode == 0, f"sparkctl provision: {_said(proc)}"
     lab.ensure_staged()
 
 
@@ -117,14 +123,14 @@ def test_upgrade_walks_the_nodes_one_at_a_time_and_stops_at_an_identity_mismatch
 
     # Check mode: says what every node would get, installs nothing, stops nothing.
     check = _sparkctl(lab, inv, "--json", "upgrade", "--check")
-    assert check.returncode == 0, check.stderr[-3000:]
+    assert check.returncode == 0, _said(check)
     assert _first_json(check.stdout)["check"] is True
     assert [_installed(lab, n) for n in NODES] == [None] * 4
 
     _os_release_differs(lab, "spark-2")
     try:
         run = _sparkctl(lab, inv, "--json", "upgrade", "--yes")
-        assert run.returncode == 1, run.stderr[-3000:]
+        assert run.returncode == 1, _said(run)
         doc = _first_json(run.stdout)
         assert doc["failed_node"] == "spark-2", doc
         assert doc["untouched"] == ["spark-3"]
@@ -146,7 +152,7 @@ def test_upgrade_walks_the_nodes_one_at_a_time_and_stops_at_an_identity_mismatch
     # Put right, a second run resumes: nothing moves on the nodes already done, spark-3 gets the
     # update, every node agrees, the staged files verify and the gated up serves.
     again = _sparkctl(lab, inv, "--json", "upgrade", "--yes")
-    assert again.returncode == 0, (again.stderr or again.stdout)[-3000:]
+    assert again.returncode == 0, _said(again)
     doc = _first_json(again.stdout)
     assert doc["nodes"]["spark-0"]["installed"] == [] and doc["nodes"]["spark-3"]["installed"] == [PKG]
     assert doc["mismatched"] == []
@@ -176,7 +182,7 @@ def test_reset_then_provision_restores_the_same_state(lab: Lab, served: None) ->
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert _present(lab, "spark-0", SPARKCTL_PATHS) == there
     reset = lab.run_sparkctl("reset", "--yes", timeout=900)
-    assert reset.returncode == 0, (reset.stderr or reset.stdout)[-3000:]
+    assert reset.returncode == 0, _said(reset)
     for node in NODES:
         assert _present(lab, node, SPARKCTL_PATHS) == [], node
         table = lab.ssh(node, "nft list table inet sparkctl >/dev/null 2>&1 && echo yes || echo no")
@@ -188,15 +194,15 @@ def test_reset_then_provision_restores_the_same_state(lab: Lab, served: None) ->
     assert lab.run_sparkctl("status", json_out=True).returncode == 3
 
     first = lab.run_sparkctl("provision", json_out=True, timeout=1800)
-    assert first.returncode == 0, (first.stderr or first.stdout)[-3000:]
+    assert first.returncode == 0, _said(first)
     second = lab.run_sparkctl("provision", json_out=True, timeout=1800)
-    assert second.returncode == 0, (second.stderr or second.stdout)[-3000:]
+    assert second.returncode == 0, _said(second)
     changed = {h: s["changed"] for h, s in _first_json(second.stdout)["hosts"].items()}
     assert set(changed.values()) == {0}, changed
     assert lab.run_sparkctl("plan", json_out=True).stdout == plan_before
 
     # Serving-capable again: the kit and the image were staged data too.
     stage = lab.run_sparkctl("stage", "all", timeout=1800)
-    assert stage.returncode == 0, (stage.stderr or stage.stdout)[-3000:]
+    assert stage.returncode == 0, _said(stage)
     up = lab.run_sparkctl("up", "--yes", timeout=900)
-    assert up.returncode == 0, (up.stderr or up.stdout)[-3000:]
+    assert up.returncode == 0, _said(up)

@@ -212,19 +212,35 @@ def loop_devices_backed_by(root: Path) -> list[str]:
 # --- cgroups ---------------------------------------------------------------------------------
 
 
+def _cgroup_mounts() -> list[tuple[Path, str, list[str]]]:
+    """(mount point, file system type, super options) of every cgroup hierarchy mounted here."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        if " - " not in line:
+            continue
+        fields = line.split()
+        fstype, opts = fields[fields.index("-") + 1], fields[-1].split(",")
+        if fstype in ("cgroup", "cgroup2"):
+            out.append((Path(fields[4]), fstype, opts))
+    return out
+
+
 def cgroup_v1_roots() -> list[Path]:
     """Mount points of this host's cgroup v1 hierarchies (empty on a cgroup2-only host)."""
-    roots = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        if " - " in line and fields[fields.index("-") + 1] == "cgroup":
-            roots.append(Path(fields[4]))
-    return sorted(set(roots))
+    return sorted({mp for mp, fstype, _ in _cgroup_mounts() if fstype == "cgroup"})
+
+
+def systemd_cgroup_roots() -> list[Path]:
+    """The hierarchies a booted systemd keeps its units in: cgroup2 (``unified`` on a hybrid host)
+    and the v1 ``name=systemd`` one. Each machine must own a subtree of these (see machines.py)."""
+    return sorted({mp for mp, fstype, opts in _cgroup_mounts()
+                   if fstype == "cgroup2" or "name=systemd" in opts})
 
 
 def cgroup_dirs(name: str) -> list[Path]:
-    """`name` under every v1 hierarchy, where it exists."""
-    return [d for root in cgroup_v1_roots() if (d := root / name).is_dir()]
+    """`name` under every hierarchy (v1 and cgroup2), where it exists."""
+    roots = {mp for mp, _, _ in _cgroup_mounts()}
+    return [d for root in sorted(roots) if (d := root / name).is_dir()]
 
 
 def remove_cgroup_tree(top: Path) -> None:

@@ -131,6 +131,18 @@ DOCKER_UNITS = ("docker.service", "docker.socket", "containerd.service")
 CGROUP_PARENT = "sparkctl-lab"
 
 
+def machine_cgroups(machine: str) -> list[Path]:
+    """This machine's own cgroup in each hierarchy its systemd manages, created here. nspawn
+    splits the cgroup it starts in into ``payload`` and ``supervisor``: started from one shared
+    cgroup, every machine's systemd would keep its units in the same ``payload/system.slice/…``,
+    and one node stopping a unit removes the cgroup another node is starting the same unit in
+    (status 219/CGROUP, seen when all four loaded their firewall at once)."""
+    dirs = [root / CGROUP_PARENT / machine for root in host.systemd_cgroup_roots()]
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    return dirs
+
+
 def docker_daemon_json(machine: str) -> str:
     conf = {**rootfs.DOCKER_DAEMON_JSON, "cgroup-parent": f"/{CGROUP_PARENT}/{machine}"}
     return json.dumps(conf, indent=2) + "\n"
@@ -278,8 +290,12 @@ def _spawn(machine: str, rootfs_dir: Path) -> tuple[int, int | None]:
     with open(p.console_log, "ab") as log:
         log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} power on: {' '.join(argv)}\n".encode())
         log.flush()
+        cgroups = [str(d / "cgroup.procs") for d in machine_cgroups(machine)]
+        # The detached shell joins the machine's own cgroups, writes its pid, then becomes nspawn.
+        script = ('pidfile=$1; n=$2; shift 2; while [ "$n" -gt 0 ]; do echo $$ > "$1"; shift; '
+                  'n=$((n - 1)); done; echo $$ > "$pidfile"; exec "$@"')
         subprocess.run(
-            ["setsid", "--fork", "sh", "-c", 'echo $$ > "$0"; exec "$@"', str(pidfile), *argv],
+            ["setsid", "--fork", "sh", "-c", script, "sh", str(pidfile), str(len(cgroups)), *cgroups, *argv],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

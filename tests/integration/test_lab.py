@@ -68,6 +68,19 @@ def test_each_node_has_its_own_identity(lab: Lab) -> None:
     assert len(seen["machine-id"]) == 4 and len(seen["hostkey"]) == 4
 
 
+def test_each_node_keeps_its_units_in_a_cgroup_of_its_own(lab: Lab) -> None:
+    # Four systemds in one shared cgroup tree raced on every unit they had in common: one node
+    # stopping sparkctl-firewall.service removed the cgroup another was starting it in (219/CGROUP).
+    homes = {}
+    for node in NODES:
+        pid = lab.status()[node]["pid"]
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        homes[node] = sorted(ln.split(":", 2)[2] for ln in lines
+                             if ln.startswith("0::") or ":name=systemd:" in ln)
+        assert homes[node] and all(f"/{node}/" in path for path in homes[node]), (node, lines)
+    assert len({tuple(h) for h in homes.values()}) == len(NODES), homes
+
+
 def test_host_keys_are_checked_and_root_is_key_only(lab: Lab, tmp_path: Path) -> None:
     empty = tmp_path / "known_hosts"
     empty.write_text("")

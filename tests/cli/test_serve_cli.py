@@ -225,9 +225,10 @@ def test_a_gate_that_fails_after_a_guard_breach_reports_the_breach(run_cli: Any,
     assert "MemAvailable 2.20 GiB below the floor 2.50 GiB" in said, res.err
     assert site.books() == ["up.yml", "down.yml"]
 
-def test_a_worker_that_exits_is_reported_with_rank_0s_log_tail(run_cli: Any, site: Site) -> None:
-    # A worker exits because it lost rank 0: the cause is in rank 0's journal, so `up` shows it too.
-    site.nodes.state["spark-0"].journal = "2026-11-29T10:00:05+0000 spark-0 rank[0]: scheduler died: oom\n"
+def _up_with_spark_2_exiting(run_cli: Any, site: Site, head_journal: str) -> tuple[Any, str]:
+    """`up` where the worker on spark-2 exits ('lost rank 0') with rank 0's journal as given:
+    the result and the error box unwrapped to one line."""
+    site.nodes.state["spark-0"].journal = head_journal
     site.nodes.state["spark-2"].journal = "2026-11-29T10:00:09+0000 spark-2 rank[2]: lost rank 0\n"
 
     def worker_exits(state: dict[str, Any]) -> None:
@@ -237,30 +238,27 @@ def test_a_worker_that_exits_is_reported_with_rank_0s_log_tail(run_cli: Any, sit
     site.after_up = worker_exits
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == EXIT_FAILED, res.out + res.err
-    said = " ".join(res.err.replace("│", " ").replace("•", " ").split())  # the error box, unwrapped
+    return res, " ".join(res.err.replace("│", " ").replace("•", " ").split())
+
+
+def test_a_worker_that_exits_is_reported_with_rank_0s_log_tail(run_cli: Any, site: Site) -> None:
+    # A worker exits because it lost rank 0: the cause is in rank 0's journal, so `up` shows it too.
+    res, said = _up_with_spark_2_exiting(
+        run_cli, site, "2026-11-29T10:00:05+0000 spark-0 rank[0]: scheduler died: oom\n")
     assert "failed at the gate 'unit active' on spark-2" in said, res.err
     assert "log tail: 2026-11-29T10:00:09+0000 spark-2 rank[2]: lost rank 0" in said, res.err
     assert "log tail of rank 0 (spark-0): 2026-11-29T10:00:05+0000 spark-0 rank[0]: scheduler died" in said
 
 
-
 def test_a_long_log_line_is_cut_so_the_rest_of_the_failure_stays_readable(run_cli: Any, site: Site) -> None:
     # A rank prints kB-long JSON lines (the MoE layout); shown whole they push the failure off screen.
     layout = "2026-11-29T10:00:04+0000 spark-0 rank[0]: DSPARK_MOE_LAYOUT " + "{\"experts\": 96}" * 400
-    site.nodes.state["spark-0"].journal = layout + "\n2026-11-29T10:00:05+0000 spark-0 rank[0]: oom\n"
-    site.nodes.state["spark-2"].journal = "2026-11-29T10:00:09+0000 spark-2 rank[2]: lost rank 0\n"
-
-    def worker_exits(state: dict[str, Any]) -> None:
-        state["spark-2"].unit = "failed"
-        state["spark-2"].result = "exit-code"
-
-    site.after_up = worker_exits
-    res = run_cli("-i", str(site.inventory), "up")
-    assert res.code == EXIT_FAILED, res.out + res.err
-    said = " ".join(res.err.replace("│", " ").replace("•", " ").split())
+    res, said = _up_with_spark_2_exiting(
+        run_cli, site, layout + "\n2026-11-29T10:00:05+0000 spark-0 rank[0]: oom\n")
     assert len(layout) > 6000 and len(res.err) < 4000, res.err
     assert f"(+{len(layout) - 240} chars)" in said, res.err
     assert "spark-0 rank[0]: oom" in said and "lost rank 0" in said, res.err
+
 
 def test_failed_start_playbook_stops_everything(run_cli: Any, site: Site) -> None:
     site.fail_playbook = "up.yml"

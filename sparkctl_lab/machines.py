@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 from sparkctl.errors import EXIT_USAGE, SparkctlError
-from sparkctl_lab import host, rootfs, state
+from sparkctl_lab import host, rootfs, state, zipcache
 from sparkctl_lab import inventory as lab_inventory
 from sparkctl_lab import topology as topo
 from sparkctl_lab.wiring import (
@@ -159,6 +159,20 @@ SSHD_LAB_CONF = (
 )
 
 
+# The lab's bytecode cache for zip imports (sparkctl_lab/zipcache.py: why), installed by a .pth line.
+ZIPCACHE_MODULE = "usr/lib/python3/dist-packages/sparkctl_lab_zipcache.py"
+ZIPCACHE_PTH = "usr/lib/python3/dist-packages/sparkctl-lab-zipcache.pth"
+
+
+def install_zipcache(upper: Path) -> None:
+    """Put the zip-import cache in a machine's overlay (rewritten on every power on: it is the
+    lab's own file, no role touches it)."""
+    module = upper / ZIPCACHE_MODULE
+    module.parent.mkdir(parents=True, exist_ok=True)
+    module.write_bytes(Path(zipcache.__file__).read_bytes())
+    (upper / ZIPCACHE_PTH).write_text("import sparkctl_lab_zipcache; sparkctl_lab_zipcache.install()\n")
+
+
 def prepare_machine(machine: str, controller_pub: str) -> None:
     """First-boot files in the overlay's upper dir. Written only when missing, so what the roles
     change later (hosts, authorized_keys of the key mesh, …) survives restarts and re-ups."""
@@ -179,6 +193,7 @@ def prepare_machine(machine: str, controller_pub: str) -> None:
             if not link.is_symlink():
                 link.parent.mkdir(parents=True, exist_ok=True)
                 link.symlink_to("/dev/null")
+    install_zipcache(u)
     _write_if_missing(u / "etc/hostname", f"{machine}\n")
     _write_if_missing(
         u / "etc/hosts",

@@ -27,7 +27,13 @@ $(STAMP): pyproject.toml setup.py constraints.txt collections/requirements.yml
 	$(BIN)/python collections/install.py
 	touch $(STAMP)
 
+# Bytecode for the tree's own Python (the project, the lab, the simulator, the vars plugin, the
+# collections): every `sparkctl` and `ansible-playbook` process imports them, and where
+# PYTHONDONTWRITEBYTECODE is set (some CI images set it) Python compiled them afresh each time —
+# a `sparkctl` command took 2.4 s instead of 1.1 s. compileall skips what is up to date.
+PYC_DIRS := sparkctl sparkctl_lab sparkctl_sim plugins collections/ansible_collections
 venv: $(STAMP)
+	@$(BIN)/python -m compileall -q -j 0 $(PYC_DIRS) >/dev/null
 
 # SGLang 0.5.23's parser (CPU only) in its own venv; `validate` uses it through SPARKCTL_SGLANG_PYTHON.
 # SGLang itself without its GPU stack (--no-deps), then the modules its parser imports: the

@@ -15,6 +15,7 @@ run() {
   fi
 }
 run stage-local  python bench/stage_bench.py
+run lab-zipcache python bench/lab_zipcache.py -n 7
 if [ "$(id -u)" = 0 ]; then
   run lab-updown   python bench/lab_updown.py --runs 2
   sparkctl lab up >/dev/null

@@ -99,16 +99,20 @@ constraints: venv
 # packages): on a fresh machine they are mostly downloads and unpacking, and none needs another.
 LAB_BUILD_LOG := .lab-build.log
 test:
-	@$(MAKE) --no-print-directory -j3 venv sglang apt
-	@$(MAKE) --no-print-directory timing
-	@( [ "$$(id -u)" != 0 ] || PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/sparkctl lab build ) > $(LAB_BUILD_LOG) 2>&1 & \
+	@t=$$(date +%s); \
+	took() { echo "[make test] $$1: $$(( $$(date +%s) - $$2 )) s"; }; \
+	$(MAKE) --no-print-directory -j3 venv sglang apt || exit 1; took installs $$t; t=$$(date +%s); \
+	$(MAKE) --no-print-directory timing || exit 1; took "wall-clock tests" $$t; t=$$(date +%s); \
+	( b=$$(date +%s); [ "$$(id -u)" != 0 ] || PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/sparkctl lab build; rc=$$?; \
+	  echo "[make test] lab build: $$(( $$(date +%s) - b )) s"; exit $$rc ) > $(LAB_BUILD_LOG) 2>&1 & \
 	build=$$!; \
 	$(MAKE) --no-print-directory lint && \
 	  $(MAKE) --no-print-directory unit UNIT_MARKS="not integration and not timing"; checks=$$?; \
-	wait $$build; built=$$?; \
+	took "lint and unit/CLI tests" $$t; \
+	wait $$build; built=$$?; tail -n 1 $(LAB_BUILD_LOG); took "until the lab build was done" $$t; t=$$(date +%s); \
 	[ $$checks = 0 ] || { echo "lint or unit/CLI tests failed"; exit 1; }; \
 	[ $$built = 0 ] || { tail -n 30 $(LAB_BUILD_LOG); echo "sparkctl lab build failed"; exit 1; }; \
-	$(MAKE) --no-print-directory integration
+	$(MAKE) --no-print-directory integration; rc=$$?; took "lab (integration) tests" $$t; exit $$rc
 
 demo: venv apt
 	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh

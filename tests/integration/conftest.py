@@ -78,6 +78,62 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [it for it in items if not it.get_closest_marker("lab_last")] + last
 
 
+# --- where the lab tests' time goes: wall time against the machine's busy CPU -----------------
+# The summary line says how busy the machine's cores were while the lab tests ran (from
+# /proc/stat, all processes: the nodes' share included). SPARKCTL_TEST_CPU_LOG=FILE adds one JSON
+# line per test (wall seconds, busy core-seconds): a test with much wall time and little CPU is
+# waiting (timers, boots), one near the core count is compute-bound.
+
+
+def _busy_core_seconds() -> float | None:
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return None
+    ticks = [int(x) for x in fields]
+    return (sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)) / os.sysconf("SC_CLK_TCK")
+
+
+_cpu_marks: dict[str, tuple[float, float]] = {}
+_session_mark: tuple[float, float] | None = None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _session_mark
+    busy = _busy_core_seconds()
+    _session_mark = None if busy is None else (time.monotonic(), busy)
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    busy = _busy_core_seconds()
+    if busy is not None and os.environ.get("SPARKCTL_TEST_CPU_LOG"):
+        _cpu_marks[nodeid] = (time.monotonic(), busy)
+
+
+def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
+    mark, busy = _cpu_marks.pop(nodeid, None), _busy_core_seconds()
+    log = os.environ.get("SPARKCTL_TEST_CPU_LOG")
+    if mark is None or busy is None or not log:
+        return
+    wall, used = time.monotonic() - mark[0], busy - mark[1]
+    record = {"test": nodeid, "wall_s": round(wall, 2), "busy_core_s": round(used, 2)}
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    busy = _busy_core_seconds()
+    if _session_mark is None or busy is None:
+        return
+    wall, cores = time.monotonic() - _session_mark[0], os.cpu_count() or 1
+    used = busy - _session_mark[1]
+    if wall > 0:
+        terminalreporter.write_line(
+            f"lab tests: {wall:.0f} s wall, {used:.0f} core-seconds busy on {cores} cores "
+            f"({100 * used / (wall * cores):.0f} % of the machine)"
+        )
+
+
 def lab_unavailable_reason() -> str | None:
     """Why the lab cannot run here, or None when it can."""
     if platform.system() != "Linux":

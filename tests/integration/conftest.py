@@ -105,14 +105,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
-    busy = _busy_core_seconds()
-    if busy is not None and os.environ.get("SPARKCTL_TEST_CPU_LOG"):
+    busy = _busy_core_seconds() if os.environ.get("SPARKCTL_TEST_CPU_LOG") else None
+    if busy is not None:
         _cpu_marks[nodeid] = (time.monotonic(), busy)
 
 
 def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
-    mark, busy = _cpu_marks.pop(nodeid, None), _busy_core_seconds()
-    log = os.environ.get("SPARKCTL_TEST_CPU_LOG")
+    mark, log = _cpu_marks.pop(nodeid, None), os.environ.get("SPARKCTL_TEST_CPU_LOG")
+    busy = _busy_core_seconds() if mark is not None and log else None
     if mark is None or busy is None or not log:
         return
     wall, used = time.monotonic() - mark[0], busy - mark[1]

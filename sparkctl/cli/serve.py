@@ -5,7 +5,8 @@ up:     validate → preflight on every node (all reported together) → playboo
         SSH (serve/fastup.py; --full forces the playbook) → readiness gates shown live, memory guarded.
         Any failure stops every rank (playbooks/down.yml) and names the gate, the node and its log.
         Running ranks are replaced only after a yes at the terminal, or with --yes.
-down:   playbooks/down.yml (rank 0 first, grace period, forced shutdown, SIGKILL backstop).
+down:   rank 0 first, grace period, forced shutdown, SIGKILL backstop: over SSH when every node
+        answers (serve/faststop.py), else playbooks/down.yml (--full forces it).
 status: one SSH probe per node in parallel plus rank 0's HTTP endpoints → ready/degraded/down.
 logs:   the rank units' journals over SSH. bundle: a support tarball, every secret redacted.
 
@@ -34,6 +35,7 @@ import httpx
 import typer
 from rich.console import Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -48,7 +50,7 @@ from sparkctl.model import load_inventory
 from sparkctl.qa.qualify import run_qualify
 from sparkctl.render import plan_document
 from sparkctl.render.kit import kit_facts
-from sparkctl.serve import bootwatch, fastup, preflight, probe, redact, verdict
+from sparkctl.serve import bootwatch, faststop, fastup, preflight, probe, redact, verdict
 from sparkctl.serve.events import (
     Event,
     EventLog,
@@ -588,11 +590,12 @@ def _qualify_fn(cluster: Any, run_dir: Path) -> Any:
 def down(
     ctx: typer.Context,
     grace: Annotated[int | None, typer.Option("--grace", help="Seconds rank 0 may drain before the forced shutdown (default: the profile's gates.drain_s).")] = None,  # noqa: E501
-    full: Annotated[bool, typer.Option("--full", help="Run the playbook even when every rank unit is already inactive.")] = False,  # noqa: E501
+    full: Annotated[bool, typer.Option("--full", help="Run the playbook (playbooks/down.yml) even when every node answers.")] = False,  # noqa: E501
 ) -> None:
     """Stop every rank: SIGTERM rank 0, grace period, forced shutdown, SIGKILL backstop. Idempotent.
-    With every node answering and every rank unit inactive there is nothing to stop: one SSH round
-    says so and the playbook does not run (--full runs it anyway)."""
+    With every node answering, the playbook's steps run over SSH (one round; nothing to do when every
+    rank unit is inactive); a node that does not answer, or a stop over SSH that fails, runs
+    playbooks/down.yml, which reports it (--full runs the playbook anyway)."""
     cluster, doc = _load(ctx)
     if grace is not None and grace < 0:
         raise InputError("--grace must be >= 0")
@@ -602,16 +605,27 @@ def down(
         facts = None if full else probe.collect(cluster, doc, fleet, "watch", timeout=10)
         checked_s = time.monotonic() - t0
         stopped = False
-        if facts is None or not nothing_to_stop(facts):
-            result = _stop_all(cluster, ctx.obj.verbose, grace)
-            if not result.ok:
-                raise SparkctlError("stopping the ranks failed", hint=f"artifacts: {result.artifact_dir}",
-                                    details=[str(f) for f in result.failures][:12])
-            stopped = result.changed_total > 0
-            facts = probe.collect(cluster, doc, fleet, "watch", timeout=10)
-            path = "playbook"
-        else:
+        if facts is not None and nothing_to_stop(facts):
             path = "fast"
+        else:
+            done = None
+            if facts is not None and every_node_answered(facts):
+                try:
+                    done = faststop.stop(doc, fleet, grace)
+                except SparkctlError as exc:
+                    why = escape(f"{exc} ({'; '.join(exc.details)})")
+                    ui.err_console.print(f"{ui.SKIP} {why}: running playbooks/down.yml")
+            if done is not None:
+                stopped = any(what != "inactive" for what in done.values())
+                path = "ssh"
+            else:
+                result = _stop_all(cluster, ctx.obj.verbose, grace)
+                if not result.ok:
+                    raise SparkctlError("stopping the ranks failed", hint=f"artifacts: {result.artifact_dir}",
+                                        details=[str(f) for f in result.failures][:12])
+                stopped = result.changed_total > 0
+                path = "playbook"
+            facts = probe.collect(cluster, doc, fleet, "watch", timeout=10)
     finally:
         fleet.close()
     running = [f"{f.name}: {f.active}" for f in facts.values() if f.reachable and f.active != "inactive"]
@@ -624,8 +638,17 @@ def down(
     elif path == "fast":
         ui.console.print(f"{ui.OK} every rank is stopped (nothing was running: every rank unit inactive, "
                          f"checked in {checked_s:.1f} s over SSH)")
+    elif path == "ssh":
+        ui.console.print(f"{ui.OK} every rank is stopped (rank 0 first, over SSH without the playbook: every "
+                         f"node answered; {time.monotonic() - t0:.1f} s)")
     else:
         ui.console.print(f"{ui.OK} every rank is stopped" + ("" if stopped else " (nothing was running)"))
+
+
+def every_node_answered(facts: Mapping[str, probe.NodeFacts]) -> bool:
+    """True when every node answered the probe: then `down` stops the ranks over SSH
+    (sparkctl.serve.faststop); a node that did not answer is the playbook's to report."""
+    return bool(facts) and all(f.reachable and not f.error for f in facts.values())
 
 
 def nothing_to_stop(facts: Mapping[str, probe.NodeFacts]) -> bool:

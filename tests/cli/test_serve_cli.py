@@ -18,7 +18,7 @@ from sparkctl.ansible import runner
 from sparkctl.ansible.plan import Plan
 from sparkctl.cli import serve
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE
-from sparkctl.serve import probe
+from sparkctl.serve import faststop, probe
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 fakes = importlib.import_module("gates_fakes")
@@ -323,10 +323,15 @@ def test_down_is_idempotent(run_cli: Any, site: Site) -> None:
         st.unit = "active"
     res = run_cli("-i", str(site.inventory), "down", "--grace", "5")
     assert res.code == EXIT_OK, res.err
-    assert site.plans[0].playbook == "down.yml" and site.plans[0].extravars == {"spark_rank_grace_s": 5}
+    # Every node answered: the role's stop steps over SSH, one round, no playbook; --grace reaches it.
+    assert site.books() == [] and "over SSH without the playbook" in res.out
+    assert sorted(n for n, what in site.nodes.calls if what == "stop") == sorted(site.nodes.state)
+    stops = [t for t in site.nodes.sent if t.startswith(faststop.MARK)]
+    assert len(stops) == 4 and all("grace=5 " in t for t in stops)
+    assert sum("head=1 " in t for t in stops) == 1  # only rank 0 sends SIGTERM
     assert "every rank is stopped" in res.out and "nothing was running" not in res.out
     res = run_cli("-i", str(site.inventory), "down")
-    assert res.code == EXIT_OK and "nothing was running" in res.out
+    assert res.code == EXIT_OK and "nothing was running" in res.out and site.books() == []
 
 
 def test_down_with_nothing_running_needs_no_playbook(run_cli: Any, site: Site) -> None:
@@ -345,16 +350,37 @@ def test_down_with_nothing_running_needs_no_playbook(run_cli: Any, site: Site) -
     assert site.books() == ["down.yml"] and json.loads(res.out)["path"] == "playbook"
 
 
-@pytest.mark.parametrize("state", ["failed", "activating", "deactivating", "unreachable"])
-def test_down_runs_the_playbook_unless_every_unit_is_inactive(run_cli: Any, site: Site, state: str) -> None:
-    # A failed unit must be cleared, a unit on its way up or down must be stopped, and a node that
-    # does not answer is the playbook's to report: none of these is "nothing to stop".
-    if state == "unreachable":
-        site.nodes.state["spark-3"].reachable = False
-    else:
-        site.nodes.state["spark-1"].unit = state
+@pytest.mark.parametrize("state", ["active", "failed", "activating", "deactivating"])
+def test_down_stops_over_ssh_when_every_node_answers(run_cli: Any, site: Site, state: str) -> None:
+    # A running, failed or half-started unit on a node that answers: the stop script clears it.
+    site.nodes.state["spark-1"].unit = state
+    res = run_cli("-i", str(site.inventory), "--json", "down")
+    assert res.code == EXIT_OK, res.err
+    doc = json.loads(res.out)
+    assert site.books() == [] and doc["path"] == "ssh" and doc["stopped"] is True
+    assert set(doc["nodes"].values()) == {"inactive"}
+
+
+def test_down_runs_the_playbook_for_a_node_that_does_not_answer(run_cli: Any, site: Site) -> None:
+    # A node that does not answer is the playbook's to report; no stop goes over SSH first.
+    site.nodes.state["spark-1"].unit = "active"
+    site.nodes.state["spark-3"].reachable = False
     run_cli("-i", str(site.inventory), "--json", "down")
     assert site.books() == ["down.yml"]
+    assert not any(what == "stop" for _, what in site.nodes.calls)
+
+
+def test_a_failed_stop_over_ssh_runs_the_playbook_and_says_why(run_cli: Any, site: Site) -> None:
+    for st in site.nodes.state.values():
+        st.unit = "active"
+    site.nodes.state["spark-2"].stop_fails = True
+    res = run_cli("-i", str(site.inventory), "--json", "down", "--grace", "7")
+    assert res.code == EXIT_OK, res.err
+    assert site.books() == ["down.yml"] and site.plans[0].extravars == {"spark_rank_grace_s": 7}
+    assert json.loads(res.out)["path"] == "playbook"
+    flat = " ".join(res.err.split())
+    assert "spark-2: sparkctl-rank.service is still active 30 s after its stop" in flat
+    assert "running playbooks/down.yml" in flat
 
 
 def test_status_exit_codes_and_json(run_cli: Any, site: Site) -> None:

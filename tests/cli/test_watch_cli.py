@@ -70,8 +70,10 @@ def test_a_failed_rank_restarts_the_group_in_order_then_the_breaker_opens_and_st
     res = run_cli("-i", str(site.inventory), "watch")
     assert res.code == EXIT_UNHEALTHY, res.err
     assert "circuit breaker open since" in _flat(res.err) and "sparkctl up" in _flat(res.err)
-    # One restart (down, then the gated up), then the breaker: down, and it stays down.
-    assert site.books() == ["down.yml", "up.yml", "down.yml"]
+    # One restart (down, then the gated up), then the breaker: down, and it stays down. Every node
+    # answers, so each `down` stops the ranks over SSH (four stop scripts) instead of down.yml.
+    assert site.books() == ["up.yml"]
+    assert sum(what == "stop" for _, what in site.nodes.calls) == 2 * len(site.nodes.state)
     assert {st.unit for st in site.nodes.state.values()} == {"inactive"}
     kinds = [r["kind"] for r in _events(run_cli, site)]
     assert kinds == ["watch", "unit-exited", "restart", "down", "up", "unit-exited", "breaker-open",

@@ -18,6 +18,7 @@ import httpx
 
 from sparkctl.model import load_inventory
 from sparkctl.render import plan_document
+from sparkctl.serve import faststop
 from sparkctl.ssh.fleet import HostResult, Target
 
 GIB = 1024**3
@@ -92,6 +93,7 @@ class NodeState:
     journal: str = "2026-11-29T10:00:00+0000 spark rank[1]: started\n"
     upcheck: dict[str, Any] | None = None  # the answer to fastup's check (None: nothing recognisable)
     start_fails: bool = False              # fastup's start script fails on this node
+    stop_fails: bool = False               # faststop's stop script fails on this node
 
 
 _PARAMS = re.compile(r"main\(json\.loads\((\".*\")\)\)")
@@ -141,6 +143,14 @@ class FakeNodes:
             self.calls.append((name, text.split()[0] if text.split() else ""))
             if text.startswith("journalctl"):
                 return HostResult(name, 0, st.journal)
+            if text.startswith(faststop.MARK):  # sparkctl.serve.faststop.stop_script
+                self.calls[-1] = (name, "stop")
+                if st.stop_fails:
+                    said = "stop: sparkctl-rank.service is still active 30 s after its stop\n"
+                    return HostResult(name, 1, said)
+                was, st.unit = st.unit, "inactive"
+                return HostResult(name, 0, "stop: inactive\n" if was == "inactive"
+                                  else f"stop: stopped (was {was}, forced: no)\n")
             if "systemctl start" in text:  # sparkctl.serve.fastup.start_script
                 self.calls[-1] = (name, "start")
                 if st.start_fails:

@@ -1,0 +1,108 @@
+"""The fast path of `sparkctl down`: the rank units stopped over SSH, in SGLang's order, without the
+playbook, when every node answers.
+
+playbooks/down.yml (the spark_rank role's stop tasks) spends two Ansible plays, ~9 s on the lab, on
+what is per node a handful of systemctl calls. When every node answered the probe, :func:`stop` does
+the same steps in one SSH round: every node runs :func:`stop_script` at once; rank 0's sends SIGTERM
+first (it drains, then tells every scheduler to exit; workers ignore SIGTERM), every node waits up to
+the grace period for its unit to leave, forces what still runs (SIGKILL to the unit, `docker kill` of
+its container, which lives outside the unit's cgroup), stops the unit for good, clears a failed
+state and waits until the unit is inactive — the role's steps, in the role's order, with the role's
+running states and wait (:data:`RUNNING_STATES`, :data:`STOP_WAIT_S`; a test holds them equal).
+
+A node that does not answer, or whose stop fails, is the playbook's to handle and report: the caller
+runs it then (`--full` always does).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from sparkctl.errors import SparkctlError
+from sparkctl.serve import probe
+from sparkctl.serve.probe import FleetLike
+
+# The spark_rank role's spark_rank_running_states and spark_rank_stop_wait_s (roles/spark_rank/
+# defaults/main.yml): tests/unit/test_faststop.py fails when the two drift apart.
+RUNNING_STATES = ("active", "activating", "deactivating", "reloading")
+STOP_WAIT_S = 30
+# The first line of every stop script (what the CLI tests' fake fleet recognises).
+MARK = "# sparkctl down: stop the rank unit (sparkctl.serve.faststop)"
+
+_STOP = r"""MARK
+unit=UNIT container=CONTAINER head=HEAD grace=GRACE wait=WAIT
+state() { systemctl show -p ActiveState --value "$unit"; }
+running() { case "$1" in RUNNING) return 0;; esac; return 1; }
+before=$(state)
+if [ "$before" = inactive ]; then echo "stop: inactive"; exit 0; fi
+forced=no
+if running "$before"; then
+  if [ "$head" = 1 ]; then systemctl stop --no-block "$unit"; fi
+  i=0
+  while running "$(state)" && [ $i -lt $((grace * 5)) ]; do i=$((i + 1)); sleep 0.2; done
+  if running "$(state)"; then
+    systemctl kill --signal=SIGKILL "$unit" || true
+    if [ -n "$container" ]; then docker kill "$container" >/dev/null 2>&1 || true; fi
+    forced=yes
+  fi
+fi
+if ! out=$(systemctl stop "$unit" 2>&1); then echo "stop: systemctl stop $unit failed: $out"; exit 1; fi
+systemctl reset-failed "$unit" >/dev/null 2>&1 || true
+i=0
+while s=$(state); running "$s"; do
+  i=$((i + 1))
+  if [ $i -gt $((wait * 5)) ]; then echo "stop: $unit is still $s $wait s after its stop"; exit 1; fi
+  sleep 0.2
+done
+echo "stop: stopped (was $before, forced: $forced)"
+"""
+
+
+def stop_script(unit: str, container: str | None, grace_s: int, head: bool, wait_s: int = STOP_WAIT_S) -> str:
+    """Shell text that stops this node's rank unit as the spark_rank role's stop tasks do."""
+    return (_STOP.replace("MARK", MARK).replace("UNIT", shlex.quote(unit))
+            .replace("CONTAINER", shlex.quote(container or ""))
+            .replace("HEAD", "1" if head else "0").replace("GRACE", str(max(0, int(grace_s))))
+            .replace("WAIT", str(int(wait_s))).replace("RUNNING", "|".join(RUNNING_STATES)))
+
+
+def scripts(doc: Mapping[str, Any], grace_s: int | None = None) -> dict[str, str]:
+    """Every node's stop script: the unit and container the plan renders, the profile's drain
+    period (``rank_launch.drain_s``) unless ``grace_s`` overrides it; rank 0's sends SIGTERM."""
+    out = {}
+    for entry in doc["nodes"]:
+        rl = probe.launch(entry)
+        grace = grace_s if grace_s is not None else int(rl.get("drain_s", 60))
+        out[str(entry["name"])] = stop_script(str(rl.get("unit_name", "sparkctl-rank.service")),
+                                              rl.get("container"), grace, head=int(entry["rank"]) == 0)
+    return out
+
+
+def stop(doc: Mapping[str, Any], fleet: FleetLike, grace_s: int | None = None) -> dict[str, str]:
+    """Stop every rank unit at once over SSH (rank 0's SIGTERM first, see the module text); what each
+    node did (``inactive``: nothing ran, else ``stopped ...``). Raises SparkctlError naming every node
+    that did not answer or whose stop failed (details ``node: why``)."""
+    texts = scripts(doc, grace_s)
+    longest = max((int(probe.launch(e).get("drain_s", 60)) for e in doc["nodes"]), default=60)
+    timeout = (grace_s if grace_s is not None else longest) + STOP_WAIT_S + 30
+    results = fleet.run(texts, timeout=timeout, only=list(texts))
+    done: dict[str, str] = {}
+    bad: list[str] = []
+    for name in texts:
+        res = results[name]
+        lines = [ln for ln in res.stdout.splitlines() if ln.startswith("stop: ")] if res.reachable else []
+        if not res.reachable:
+            bad.append(f"{name}: {res.error}")
+        elif res.rc != 0 or not lines:
+            said = lines[-1][len("stop: "):] if lines else (res.stderr.strip() or f"exit {res.rc}")
+            bad.append(f"{name}: {said.splitlines()[-1][:300]}")
+        else:
+            done[name] = lines[-1][len("stop: "):]
+    if bad:
+        raise SparkctlError("stopping the rank units over SSH failed", details=bad)
+    return done
+
+
+__all__ = ["MARK", "RUNNING_STATES", "STOP_WAIT_S", "scripts", "stop", "stop_script"]

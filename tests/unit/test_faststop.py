@@ -1,0 +1,153 @@
+"""The fast path of `down` (sparkctl.serve.faststop): the stop script run for real against a systemctl
+and a docker that keep a unit's state in a file, and the role's running states and wait kept equal."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sparkctl.errors import SparkctlError
+from sparkctl.serve import faststop
+from sparkctl.ssh.fleet import HostResult
+
+ROLE_DEFAULTS = Path(__file__).resolve().parents[2] / "roles" / "spark_rank" / "defaults" / "main.yml"
+UNIT = "sparkctl-rank.service"
+
+
+def test_the_running_states_and_the_wait_are_the_roles() -> None:
+    defaults = yaml.safe_load(ROLE_DEFAULTS.read_text())
+    assert tuple(defaults["spark_rank_running_states"]) == faststop.RUNNING_STATES
+    assert int(defaults["spark_rank_stop_wait_s"]) == faststop.STOP_WAIT_S
+
+
+class Node:
+    """A directory whose `systemctl` and `docker` act on ``state`` and log every call.
+
+    ``leaves_after``: the unit goes inactive by itself after that many `show` calls (a worker that
+    exits when rank 0 broadcasts the shutdown); ``term_stops``: `stop --no-block` makes it inactive
+    (rank 0 draining); ``stuck``: neither `stop` nor SIGKILL moves it. SIGKILL turns it failed, as
+    systemd does."""
+
+    def __init__(self, tmp: Path, state: str, leaves_after: int = 0, term_stops: bool = False,
+                 stuck: bool = False) -> None:
+        self.dir = tmp
+        (tmp / "state").write_text(state + "\n")
+        (tmp / "log").write_text("")
+        bin_dir = tmp / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "systemctl").write_text(f"""#!/bin/sh
+d={tmp}
+echo "systemctl $*" >> $d/log
+s=$(cat $d/state)
+case "$1" in
+  show)
+    echo "$s"
+    n=$(grep -c '^systemctl show' $d/log)
+    if [ {leaves_after} -gt 0 ] && [ $n -ge {leaves_after} ] && [ "$s" = active ]; then
+      echo inactive > $d/state
+    fi ;;
+  stop)
+    if [ "$2" = --no-block ]; then
+      [ {int(term_stops)} = 1 ] && echo inactive > $d/state
+    elif [ {int(stuck)} = 0 ] && [ "$s" != failed ]; then echo inactive > $d/state; fi ;;
+  kill) [ {int(stuck)} = 0 ] && echo failed > $d/state ;;
+  reset-failed) [ "$s" = failed ] && echo inactive > $d/state ;;
+esac
+exit 0
+""")
+        (bin_dir / "docker").write_text(f"#!/bin/sh\necho \"docker $*\" >> {tmp}/log\n")
+        for tool in ("systemctl", "docker"):
+            (bin_dir / tool).chmod(0o755)
+        self.env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+    def run(self, script: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "-c", script], env=self.env, capture_output=True, text=True,
+                              timeout=30, check=False)
+
+    def calls(self) -> list[str]:
+        lines = (self.dir / "log").read_text().splitlines()
+        return [ln for ln in lines if not ln.startswith("systemctl show")]
+
+    @property
+    def state(self) -> str:
+        return (self.dir / "state").read_text().strip()
+
+
+def test_rank_0_gets_sigterm_first_and_drains_within_the_grace_period(tmp_path: Path) -> None:
+    node = Node(tmp_path, "active", term_stops=True)
+    proc = node.run(faststop.stop_script(UNIT, "sparkctl-r0", grace_s=5, head=True, wait_s=2))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == "stop: stopped (was active, forced: no)"
+    assert node.calls() == [f"systemctl stop --no-block {UNIT}", f"systemctl stop {UNIT}",
+                            f"systemctl reset-failed {UNIT}"]
+    assert node.state == "inactive"
+
+
+def test_a_worker_is_not_signalled_and_leaves_when_rank_0_tells_it_to(tmp_path: Path) -> None:
+    node = Node(tmp_path, "active", leaves_after=4)
+    proc = node.run(faststop.stop_script(UNIT, "sparkctl-r2", grace_s=5, head=False, wait_s=2))
+    assert proc.stdout.splitlines()[-1] == "stop: stopped (was active, forced: no)"
+    assert f"systemctl stop --no-block {UNIT}" not in node.calls()
+    assert not any(c.startswith(("systemctl kill", "docker")) for c in node.calls())
+
+
+def test_a_rank_still_running_after_the_grace_period_is_killed_with_its_container(tmp_path: Path) -> None:
+    node = Node(tmp_path, "active")
+    proc = node.run(faststop.stop_script(UNIT, "sparkctl-r1", grace_s=1, head=False, wait_s=2))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == "stop: stopped (was active, forced: yes)"
+    assert node.calls()[:2] == [f"systemctl kill --signal=SIGKILL {UNIT}", "docker kill sparkctl-r1"]
+    assert node.state == "inactive"  # the failed state SIGKILL left is cleared for the next start
+
+
+def test_a_failed_unit_is_cleared_and_an_inactive_one_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "failed").mkdir()
+    failed = Node(tmp_path / "failed", "failed")
+    proc = failed.run(faststop.stop_script(UNIT, None, grace_s=5, head=True, wait_s=2))
+    assert proc.stdout.splitlines()[-1] == "stop: stopped (was failed, forced: no)"
+    assert failed.state == "inactive"
+    assert not any("--no-block" in c or "kill" in c for c in failed.calls())
+    (tmp_path / "idle").mkdir()
+    idle = Node(tmp_path / "idle", "inactive")
+    proc = idle.run(faststop.stop_script(UNIT, None, grace_s=5, head=True, wait_s=2))
+    assert proc.stdout.splitlines()[-1] == "stop: inactive" and idle.calls() == []
+
+
+def test_a_unit_that_will_not_stop_is_named_with_the_wait(tmp_path: Path) -> None:
+    node = Node(tmp_path, "activating", stuck=True)
+    proc = node.run(faststop.stop_script(UNIT, None, grace_s=0, head=False, wait_s=1))
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines()[-1] == f"stop: {UNIT} is still activating 1 s after its stop"
+
+
+class Fleet:
+    def __init__(self, answers: dict[str, HostResult]) -> None:
+        self.answers = answers
+        self.sent: dict[str, str] = {}
+
+    def run(self, script: Any, timeout: float = 10.0, only: Any = None) -> dict[str, HostResult]:
+        self.sent = dict(script)
+        return {n: self.answers[n] for n in only}
+
+
+def test_stop_names_every_node_that_failed_or_did_not_answer(tmp_path: Path) -> None:
+    doc = {"nodes": [{"name": f"spark-{r}", "rank": r,
+                      "rank_launch": {"unit_name": UNIT, "container": f"sparkctl-r{r}", "drain_s": 75}}
+                     for r in range(4)]}
+    ok = HostResult("spark-0", 0, "stop: stopped (was active, forced: no)\n")
+    fleet = Fleet({"spark-0": ok, "spark-1": HostResult("spark-1", 0, "stop: inactive\n"),
+                   "spark-2": HostResult("spark-2", 1, f"stop: {UNIT} is still active 30 s after its stop\n"),
+                   "spark-3": HostResult("spark-3", error="timed out connecting to 10.250.0.13:22")})
+    with pytest.raises(SparkctlError) as err:
+        faststop.stop(doc, fleet)
+    assert err.value.details == [f"spark-2: {UNIT} is still active 30 s after its stop",
+                                 "spark-3: timed out connecting to 10.250.0.13:22"]
+    assert "grace=75 " in fleet.sent["spark-1"] and "head=1 " in fleet.sent["spark-0"]
+    fleet.answers["spark-2"] = fleet.answers["spark-3"] = ok
+    assert faststop.stop(doc, fleet, grace_s=3)["spark-1"] == "inactive"
+    assert all("grace=3 " in t for t in fleet.sent.values())

@@ -3,7 +3,7 @@
 up:     validate → preflight on every node (all reported together) → playbooks/up.yml (install the
         rank units, start ranks 1..n then rank 0), or with nothing to install the same start over
         SSH (serve/fastup.py; --full forces the playbook) → readiness gates shown live, memory guarded.
-        Any failure stops every rank (playbooks/down.yml) and names the gate, the node and its log.
+        Any failure stops every rank (as `down` does) and names the gate, the node and its log.
         Running ranks are replaced only after a yes at the terminal, or with --yes.
 down:   rank 0 first, grace period, forced shutdown, SIGKILL backstop: over SSH when every node
         answers (serve/faststop.py), else playbooks/down.yml (--full forces it).
@@ -26,6 +26,7 @@ import tarfile
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib.metadata import version
 from pathlib import Path
@@ -149,6 +150,35 @@ def _run_playbook(plan: Plan, what: str, verbose: bool) -> RunResult:
 
 def _stop_all(cluster: Any, verbose: bool, grace_s: int | None = None) -> RunResult:
     return _execute(for_down(cluster, grace_s), _event_printer(verbose))
+
+
+@dataclass
+class Stopped:
+    """How every rank was stopped: over SSH, or by playbooks/down.yml where that could not be done."""
+
+    path: str                      # "ssh" | "playbook"
+    ok: bool
+    stopped: bool                  # a rank unit was not inactive before
+    failed_hosts: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    artifact_dir: Path | None = None
+
+
+def _stop_ranks(cluster: Any, doc: dict[str, Any], fleet: Any, verbose: bool, grace_s: int | None = None,
+                over_ssh: bool = True) -> Stopped:
+    """Stop every rank: the spark_rank role's stop steps over SSH in one round (serve/faststop.py);
+    when a node does not answer or its stop fails (or ``over_ssh`` is False), playbooks/down.yml,
+    which reports every node."""
+    if over_ssh:
+        try:
+            done = faststop.stop(doc, fleet, grace_s)
+            return Stopped("ssh", True, any(what != "inactive" for what in done.values()))
+        except SparkctlError as exc:
+            why = escape(f"{exc} ({'; '.join(exc.details)})")
+            ui.err_console.print(f"{ui.SKIP} {why}: running playbooks/down.yml")
+    result = _stop_all(cluster, verbose, grace_s)
+    return Stopped("playbook", result.ok, result.changed_total > 0, list(result.failed_hosts),
+                   [str(f) for f in result.failures], result.artifact_dir)
 
 
 # --- status ---------------------------------------------------------------------------------------
@@ -348,11 +378,10 @@ def up(
             if not yes:
                 _confirm_replace(before, why)
             say(f"stopping the running ranks first ({why})")
-            stop = _stop_all(cluster, verbose)
+            stop = _stop_ranks(cluster, doc, fleet, verbose)
             if not stop.ok:
                 raise SparkctlError("could not stop the running ranks",
-                                    hint=f"artifacts: {stop.artifact_dir}",
-                                    details=[str(f) for f in stop.failures][:12])
+                                    hint=f"artifacts: {stop.artifact_dir}", details=stop.failures[:12])
 
         checks, _facts = preflight.preflight(cluster, doc, fleet, force)
         failed = [c for c in checks if not c.ok]
@@ -393,7 +422,7 @@ def up(
                       else "interrupted" if isinstance(exc, KeyboardInterrupt)
                       else "the start failed")
             say(f"{ui.FAIL} {reason} — stopping every rank")
-            stopped = _stop_after_failure(cluster, verbose)
+            stopped = _stop_after_failure(cluster, doc, verbose)
             if isinstance(exc, bootwatch.GateFailure):
                 details = [f"node: {exc.node or 'cluster'}", f"records: {exc.record_dir or '-'}"]
                 for label, text in (("log tail:", exc.log_tail),
@@ -535,12 +564,18 @@ def _start_and_watch(cluster: Any, doc: dict[str, Any], fleet: Any, http: Any, a
         raise
 
 
-def _stop_after_failure(cluster: Any, verbose: bool) -> str:
-    """Stop every rank after a failed start; say what was really stopped (never assume it)."""
+def _stop_after_failure(cluster: Any, doc: dict[str, Any], verbose: bool) -> str:
+    """Stop every rank after a failed start; say what was really stopped (never assume it). Its own
+    SSH connections: the start's may be in the middle of what was interrupted."""
+    fleet = None
     try:
-        stop = _stop_all(cluster, verbose)
+        fleet = _fleet(cluster)
+        stop = _stop_ranks(cluster, doc, fleet, verbose)
     except BaseException as exc:  # even a second Ctrl-C or a runner crash must be reported
         return f"stopping the ranks failed too ({type(exc).__name__}: {exc}); run `sparkctl down`"
+    finally:
+        if fleet is not None:
+            fleet.close()
     if stop.ok:
         return f"all {len(cluster.nodes)} ranks were stopped"
     where = ", ".join(stop.failed_hosts) or "the controller"
@@ -608,23 +643,12 @@ def down(
         if facts is not None and nothing_to_stop(facts):
             path = "fast"
         else:
-            done = None
-            if facts is not None and every_node_answered(facts):
-                try:
-                    done = faststop.stop(doc, fleet, grace)
-                except SparkctlError as exc:
-                    why = escape(f"{exc} ({'; '.join(exc.details)})")
-                    ui.err_console.print(f"{ui.SKIP} {why}: running playbooks/down.yml")
-            if done is not None:
-                stopped = any(what != "inactive" for what in done.values())
-                path = "ssh"
-            else:
-                result = _stop_all(cluster, ctx.obj.verbose, grace)
-                if not result.ok:
-                    raise SparkctlError("stopping the ranks failed", hint=f"artifacts: {result.artifact_dir}",
-                                        details=[str(f) for f in result.failures][:12])
-                stopped = result.changed_total > 0
-                path = "playbook"
+            result = _stop_ranks(cluster, doc, fleet, ctx.obj.verbose, grace,
+                                 over_ssh=facts is not None and every_node_answered(facts))
+            if not result.ok:
+                raise SparkctlError("stopping the ranks failed", hint=f"artifacts: {result.artifact_dir}",
+                                    details=result.failures[:12])
+            stopped, path = result.stopped, result.path
             facts = probe.collect(cluster, doc, fleet, "watch", timeout=10)
     finally:
         fleet.close()

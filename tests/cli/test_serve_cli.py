@@ -69,6 +69,12 @@ class Site:
     def books(self) -> list[str]:
         return [p.playbook for p in self.plans]
 
+    def stop_rounds(self) -> int:
+        """How many times every node was sent the stop script (sparkctl.serve.faststop)."""
+        stops = [n for n, what in self.nodes.calls if what == "stop"]
+        assert len(stops) % len(self.nodes.state) == 0, stops
+        return len(stops) // len(self.nodes.state)
+
 
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
@@ -101,7 +107,7 @@ def test_up_when_ready_and_current_does_nothing(run_cli: Any, site: Site) -> Non
                                                    **{"/etc/sparkctl/rank.env": "0" * 64})
     res = run_cli("-i", str(site.inventory), "up", "--yes")
     assert res.code == EXIT_OK, res.err
-    assert site.books() == ["down.yml", "up.yml"] and "restarting" in res.out
+    assert site.books() == ["up.yml"] and site.stop_rounds() == 1 and "restarting" in res.out
 
 
 def test_up_heals_a_degraded_cluster_by_stopping_first(run_cli: Any, site: Site) -> None:
@@ -110,7 +116,7 @@ def test_up_heals_a_degraded_cluster_by_stopping_first(run_cli: Any, site: Site)
     site.nodes.state["spark-2"].unit = "failed"
     res = run_cli("-i", str(site.inventory), "up", "-y")
     assert res.code == EXIT_OK, res.err
-    assert site.books() == ["down.yml", "up.yml"]
+    assert site.books() == ["up.yml"] and site.stop_rounds() == 1
     assert "cluster is degraded" in res.out
 
 
@@ -130,7 +136,7 @@ def test_up_without_a_terminal_refuses_to_replace_running_ranks(run_cli: Any, si
 
 
 @pytest.mark.parametrize(("answer", "code", "books"), [(False, EXIT_FAILED, []),
-                                                       (True, EXIT_OK, ["down.yml", "up.yml"])])
+                                                       (True, EXIT_OK, ["up.yml"])])
 def test_up_at_a_terminal_asks_before_replacing_running_ranks(
     run_cli: Any, site: Site, monkeypatch: pytest.MonkeyPatch, answer: bool, code: int, books: list[str]
 ) -> None:
@@ -147,7 +153,7 @@ def test_up_at_a_terminal_asks_before_replacing_running_ranks(
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == code, res.err
     assert len(asked) == 1 and "cluster is degraded" in asked[0]
-    assert site.books() == books
+    assert site.books() == books and site.stop_rounds() == int(answer)  # stopped over SSH
     running = res.err.split("running:")[1].split("\n")[0]
     assert "rank 0 on spark-0 (active)" in running and "spark-1" not in running
     if not answer:
@@ -161,7 +167,7 @@ def test_up_replaces_failed_units_without_asking(run_cli: Any, site: Site,
     monkeypatch.setattr(serve, "_ask", lambda question: pytest.fail(f"asked: {question}"))
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == EXIT_OK, res.err
-    assert site.books() == ["down.yml", "up.yml"]
+    assert site.books() == ["up.yml"] and site.stop_rounds() == 1
 
 
 def test_preflight_refusal_starts_nothing(run_cli: Any, site: Site) -> None:
@@ -185,7 +191,7 @@ def test_memory_floor_aborts_and_stops_everything(run_cli: Any, tmp_path: Path,
     site.after_up = squeeze
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == EXIT_FAILED
-    assert site.books() == ["up.yml", "down.yml"]
+    assert site.books() == ["up.yml"] and site.stop_rounds() == 1
     assert "memory guard" in res.err and "spark-1" in res.err
     assert all(st.unit == "inactive" for st in site.nodes.state.values())
     samples = (tmp_path / "run-up" / "memory-samples.jsonl").read_text().splitlines()
@@ -223,7 +229,7 @@ def test_a_gate_that_fails_after_a_guard_breach_reports_the_breach(run_cli: Any,
     said = " ".join(res.err.replace("│", " ").split())  # the error box, unwrapped
     assert "failed at the gate 'memory guard' on spark-1" in said, res.err
     assert "MemAvailable 2.20 GiB below the floor 2.50 GiB" in said, res.err
-    assert site.books() == ["up.yml", "down.yml"]
+    assert site.books() == ["up.yml"] and site.stop_rounds() == 1
 
 def _up_with_spark_2_exiting(run_cli: Any, site: Site, head_journal: str) -> tuple[Any, str]:
     """`up` where the worker on spark-2 exits ('lost rank 0') with rank 0's journal as given:
@@ -264,7 +270,7 @@ def test_failed_start_playbook_stops_everything(run_cli: Any, site: Site) -> Non
     site.fail_playbook = "up.yml"
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == EXIT_FAILED
-    assert site.books() == ["up.yml", "down.yml"]
+    assert site.books() == ["up.yml"] and site.stop_rounds() == 1
     assert "spark-2" in res.err and "unit failed to start" in res.err
 
 
@@ -275,7 +281,7 @@ def test_ctrl_c_during_the_start_playbook_stops_everything(run_cli: Any, site: S
     site.after_up = interrupted  # the units started, then the admin pressed Ctrl-C
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == 130
-    assert site.books() == ["up.yml", "down.yml"]
+    assert site.books() == ["up.yml"] and site.stop_rounds() == 1
     assert all(st.unit == "inactive" for st in site.nodes.state.values())
     assert "all 4 ranks were stopped" in res.err + res.out
 
@@ -289,7 +295,7 @@ def test_an_error_while_recording_stops_everything(
     monkeypatch.setattr(serve, "_new_run_dir", no_space)
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == EXIT_FAILED
-    assert site.books() == ["up.yml", "down.yml"]
+    assert site.books() == ["up.yml"] and site.stop_rounds() == 1
     assert all(st.unit == "inactive" for st in site.nodes.state.values())
     assert "No space left on device" in res.err and "all 4 ranks were stopped" in res.err
 
@@ -303,12 +309,14 @@ def test_a_failed_stop_is_reported_as_such(run_cli: Any, tmp_path: Path,
         state["spark-1"].mem = int(2.2 * GIB)
 
     site.after_up = squeeze
+    site.nodes.state["spark-2"].stop_fails = True  # the stop over SSH fails, then the playbook
     site.fail_playbook = "down.yml"
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == EXIT_FAILED
     assert site.books() == ["up.yml", "down.yml"]
     assert "all ranks were stopped" not in res.err and "all 4 ranks were stopped" not in res.err
     assert "stopping the ranks FAILED on spark-2" in res.err
+    assert "running playbooks/down.yml" in " ".join(res.err.split())
 
 
 def test_up_without_the_api_key_is_bad_input(run_cli: Any, site: Site) -> None:
@@ -480,7 +488,7 @@ def test_a_worker_that_fails_to_start_on_the_fast_path_stops_everything(run_cli:
     site.nodes.state["spark-3"].start_fails = True
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == EXIT_FAILED
-    assert site.books() == ["down.yml"]
+    assert site.books() == [] and site.stop_rounds() == 1
     assert "spark-0" not in [n for n, what in site.nodes.calls if what == "start"]
     assert "spark-3: sparkctl-rank.service failed right after its start" in res.err
     assert "all 4 ranks were stopped" in res.err

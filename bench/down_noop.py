@@ -8,7 +8,8 @@ run must exit 0 and stop nothing; the fast runs must report `path: fast`, the --
 `path: playbook`.
 
 Then a change: spark-2's rank unit is put in the failed state (a unit that exited with status 1). The
-next `down` must take the playbook (it clears the failed state) and the run after it the fast path.
+next `down` must clear it (over SSH: every node answers, `path: ssh`) and the run after it take the
+fast path.
 
 Prints a table and one JSON line: medians of the repeats with min/max, the ratio full / fast, and the
 change round's verdicts. Usage (root, lab up and provisioned, under the lab lock):
@@ -64,7 +65,7 @@ def main() -> int:
                 raise SystemExit(f"{label} run {i + 1}: path {doc['path']}, stopped {doc['stopped']}")
             print(f"{label} {i + 1}: {wall:.1f}s ({doc['path']})", flush=True)
 
-    # A unit that exited with status 1 is left failed: `down` must clear it through the playbook.
+    # A unit that exited with status 1 is left failed: `down` must clear it (over SSH: every node answers).
     # Without an installed rank unit (provisioned, never `up`) a transient one of the same name fails;
     # an installed one is started and killed.
     script = (f"if systemctl cat {UNIT} >/dev/null 2>&1; then systemctl start --no-block {UNIT}; sleep 3; "
@@ -77,7 +78,7 @@ def main() -> int:
     state = lab_ssh(args.fail_node, f"systemctl is-active {UNIT} || true").strip()
     change = {"failed_unit_on": args.fail_node, "run_s": round(change_wall, 2), "path": change_doc["path"],
               "next_run_s": round(after_wall, 2), "next_path": after_doc["path"], "unit_after": state}
-    caught = change["path"] == "playbook" and change["next_path"] == "fast" and state == "inactive"
+    caught = change["path"] == "ssh" and change["next_path"] == "fast" and state == "inactive"
 
     fast_s, full_s = spread(fast), spread(full)
     print(f"{'variant':30} {'median s':>9} {'min':>7} {'max':>7}")

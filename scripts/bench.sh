@@ -23,6 +23,7 @@ if [ "$(id -u)" = 0 ]; then
   run stage-lab    python bench/stage_bench.py --lab
   run status       python bench/status_bench.py -i inventory/lab -n 5
   run up-overhead  python bench/up_overhead.py -i inventory/lab -n 3
+  run down-stop    python bench/down_stop.py -n 5
 else
   echo "(not root: the lab benchmarks are skipped)"
 fi

@@ -141,10 +141,17 @@ def test_memory_floor_above_the_lab_aborts_the_boot(served: Lab, tmp_path: Path)
 @pytest.mark.lab_last
 def test_down_leaves_no_rank_process(served: Lab) -> None:
     _ok(served.run_sparkctl("up"), "up")
-    _ok(served.run_sparkctl("down"), "down")
+    down = served.run_sparkctl("down", json_out=True)
+    _ok(down, "down")
+    # Every node answered: the stop went over SSH, rank 0's SIGTERM first, and rank 0 drained and
+    # told the workers to exit (no forced shutdown).
+    doc = json.loads(down.stdout)
+    assert doc["path"] == "ssh" and doc["stopped"] is True, doc
     assert set(_units(served).values()) == {"inactive"}
     for node in NODES:
         assert _rank_processes(served, node) == [], node
+    head_log = served.ssh(NODES[0], "journalctl -u sparkctl-rank.service -n 30 --no-pager").stdout
+    assert "graceful shutdown" in head_log, head_log[-2000:]
     again = served.run_sparkctl("down")
     _ok(again, "second down")
     assert "nothing was running" in again.stdout

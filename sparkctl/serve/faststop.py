@@ -7,7 +7,8 @@ the same steps in one SSH round: every node runs :func:`stop_script` at once; ra
 first (it drains, then tells every scheduler to exit; workers ignore SIGTERM), every node waits up to
 the grace period for its unit to leave, forces what still runs (SIGKILL to the unit, `docker kill` of
 its container, which lives outside the unit's cgroup), stops the unit for good, clears a failed
-state and waits until the unit is inactive — the role's steps, in the role's order, with the role's
+state, waits until the unit is inactive and kills a container that outlived its unit (a unit killed
+without its container) — the role's steps, in the role's order, with the role's
 running states and wait (:data:`RUNNING_STATES`, :data:`STOP_WAIT_S`; a test holds them equal).
 
 A node that does not answer, or whose stop fails, is the playbook's to handle and report: the caller
@@ -56,6 +57,10 @@ while s=$(state); running "$s"; do
   if [ $i -gt $((wait * 5)) ]; then echo "stop: $unit is still $s $wait s after its stop"; exit 1; fi
   sleep 0.2
 done
+if [ -n "$container" ] && [ -n "$(docker ps -q --filter "name=^/$container\$" 2>/dev/null)" ]; then
+  docker kill "$container" >/dev/null 2>&1 || true
+  forced="yes, its container had outlived it"
+fi
 echo "stop: stopped (was $before, forced: $forced)"
 """
 

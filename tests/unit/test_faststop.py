@@ -60,7 +60,15 @@ case "$1" in
 esac
 exit 0
 """)
-        (bin_dir / "docker").write_text(f"#!/bin/sh\necho \"docker $*\" >> {tmp}/log\n")
+        # `docker ps` lists the container while the file ``container`` exists; `docker kill` removes it.
+        (bin_dir / "docker").write_text(f"""#!/bin/sh
+echo "docker $*" >> {tmp}/log
+case "$1" in
+  ps) [ -e {tmp}/container ] && echo 0123456789ab ;;
+  kill) rm -f {tmp}/container ;;
+esac
+exit 0
+""")
         for tool in ("systemctl", "docker"):
             (bin_dir / tool).chmod(0o755)
         self.env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
@@ -71,7 +79,7 @@ exit 0
 
     def calls(self) -> list[str]:
         lines = (self.dir / "log").read_text().splitlines()
-        return [ln for ln in lines if not ln.startswith("systemctl show")]
+        return [ln for ln in lines if not ln.startswith(("systemctl show", "docker ps"))]
 
     @property
     def state(self) -> str:
@@ -151,3 +159,16 @@ def test_stop_names_every_node_that_failed_or_did_not_answer(tmp_path: Path) -> 
     fleet.answers["spark-2"] = fleet.answers["spark-3"] = ok
     assert faststop.stop(doc, fleet, grace_s=3)["spark-1"] == "inactive"
     assert all("grace=3 " in t for t in fleet.sent.values())
+
+
+def test_a_container_that_outlived_its_killed_unit_is_killed(tmp_path: Path) -> None:
+    # `systemctl kill` of a unit whose `docker run` client died first leaves the container running
+    # and the unit failed: its ExecStop never runs. `down` must not leave that container behind.
+    node = Node(tmp_path, "failed")
+    (tmp_path / "container").write_text("")
+    proc = node.run(faststop.stop_script(UNIT, "sparkctl-r2", grace_s=5, head=False, wait_s=2))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = proc.stdout.splitlines()[-1]
+    assert said == "stop: stopped (was failed, forced: yes, its container had outlived it)"
+    assert "docker kill sparkctl-r2" in node.calls() and not (tmp_path / "container").exists()
+    assert "docker ps -q --filter name=^/sparkctl-r2$" in (tmp_path / "log").read_text()

@@ -4,6 +4,7 @@ run killed mid-way leaves no secret byte on disk."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -96,6 +97,26 @@ def test_a_run_killed_mid_way_leaves_no_secret_on_disk(tmp_path: Path) -> None:
             time.sleep(0.2)
         assert started, "the playbook never reached its pause"
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # sparkctl and ansible-playbook, no clean-up at all
+        os.killpg(proc.pid, signal.SIGKILL)  # sparkctl, no clean-up at all
         proc.wait(10)
+        # ansible-playbook runs in a session of its own (the runner's pty): killed too, or it would
+        # outlive the test and the pytest session, still pausing on its own.
+        assert _kill_all_naming(project), "no ansible-playbook of this run was found"
     _no_secret_under(project / "runs")
+
+
+def _kill_all_naming(project: Path) -> list[int]:
+    """SIGKILL every process whose command line names the project directory; their pids."""
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(str(project).encode() in a for a in argv):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    return killed

@@ -53,6 +53,10 @@ roles:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sparkctl.nodeside import applied
+# What the modules above import relatively, named here too: Mitogen ships with a module only the
+# module_utils it names (tests/unit/test_strategy_mitogen.py keeps this list whole).
+import ansible.module_utils.sparkctl.nodeside.links  # noqa: F401
+import ansible.module_utils.sparkctl.nodeside.system  # noqa: F401
 
 
 def main():

@@ -1,0 +1,140 @@
+"""The playbooks' strategy: ansible.cfg's ``sparkctl_linear`` is Mitogen's linear when Mitogen is
+installed and plain linear without it; and every module of the roles names each sparkctl
+module_utils file it needs, directly or through a relative import, so Mitogen ships them all."""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGIN = REPO / "plugins" / "strategy" / "sparkctl_linear.py"
+PREFIX = "ansible.module_utils."
+OURS = PREFIX + "sparkctl"
+
+
+def test_ansible_cfg_selects_the_plugin_from_the_tree() -> None:
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(REPO / "ansible.cfg")
+    assert cfg["defaults"]["strategy"] == PLUGIN.stem
+    assert (REPO / cfg["defaults"]["strategy_plugins"]).resolve() == PLUGIN.parent
+
+
+def _load_plugin(block_mitogen: bool) -> str:
+    """The module the plugin's StrategyModule comes from, loaded in a fresh interpreter."""
+    code = textwrap.dedent(f"""
+        import importlib.util, sys
+        if {block_mitogen!r}:
+            sys.modules["ansible_mitogen"] = None  # an interpreter without Mitogen
+        spec = importlib.util.spec_from_file_location("sparkctl_linear", {str(PLUGIN)!r})
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        print(mod.StrategyModule.__module__, mod.MITOGEN)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          check=True)
+    return proc.stdout.strip()
+
+
+def test_the_plugin_is_mitogen_linear_when_mitogen_is_installed() -> None:
+    pytest.importorskip("ansible_mitogen")
+    module, mitogen = _load_plugin(block_mitogen=False).split()
+    assert module.startswith("ansible_mitogen.") and mitogen == "True"
+
+
+def test_the_plugin_is_plain_linear_without_mitogen() -> None:
+    assert _load_plugin(block_mitogen=True) == "ansible.plugins.strategy.linear False"
+
+
+# --- module_utils that Mitogen ships --------------------------------------------------------------
+
+
+def _source(mu: Path, name: str) -> tuple[Path, bool] | None:
+    """The file of module_utils module ``name`` under a role's module_utils, and whether it is a package."""
+    base = mu.joinpath(*name[len(PREFIX):].split("."))
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py", True
+    if base.with_suffix(".py").is_file():
+        return base.with_suffix(".py"), False
+    return None
+
+
+def _needed(module: Path, mu: Path) -> set[str]:
+    """Every sparkctl module_utils module ``module`` loads, following relative imports (what
+    Python will import on the node), read from the sources with ast."""
+    found: set[str] = set()
+    queue: list[tuple[Path, str, bool]] = [(module, "ansible.modules.x", False)]
+    while queue:
+        path, name, is_pkg = queue.pop()
+        package = name if is_pkg else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                base = package
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                mod = node.module or ""
+                if node.level:
+                    mod = base + ("." + mod if mod else "")
+                parts = mod.split(".")
+                targets += [".".join(parts[:i]) for i in range(3, len(parts) + 1)]
+                targets += [f"{mod}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets += [a.name for a in node.names]
+            for target in targets:
+                if not target.startswith(OURS) or target in found:
+                    continue
+                src = _source(mu, target)
+                if src is not None:
+                    found.add(target)
+                    queue.append((src[0], target, src[1]))
+    return found
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in REPO.glob("roles/*/library/*.py") if (p.parent.parent / "module_utils").is_dir())
+
+
+@pytest.mark.parametrize("module", _modules(), ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_mitogen_ships_every_module_utils_file_a_module_loads(module: Path) -> None:
+    finder = pytest.importorskip("ansible_mitogen.module_finder")
+    mu = module.parent.parent / "module_utils"
+    needed = _needed(module, mu)
+    shipped = {name for name, _path, _pkg in finder.scan("ansible.modules.x", str(module), [str(mu)])}
+    missing = sorted(needed - shipped)
+    assert not missing, (
+        f"{module.relative_to(REPO)} loads {missing} through relative imports that Mitogen does not follow: "
+        "import them by their ansible.module_utils.sparkctl name in the module too"
+    )
+
+
+def test_the_reader_follows_relative_imports(tmp_path: Path) -> None:
+    """The ast reader above sees the relative imports that Mitogen's scanner does not (what makes
+    the test above fail for a module that names only `applied`)."""
+    finder = pytest.importorskip("ansible_mitogen.module_finder")
+    mu = REPO / "roles" / "spark_applied" / "module_utils"
+    module = tmp_path / "probe.py"
+    module.write_text("from ansible.module_utils.sparkctl.nodeside import applied\n")
+    needed = _needed(module, mu)
+    shipped = {name for name, _path, _pkg in finder.scan("ansible.modules.x", str(module), [str(mu)])}
+    assert {OURS + ".nodeside.links", OURS + ".nodeside.system"} <= needed
+    assert OURS + ".nodeside.links" not in shipped
+
+
+def test_every_role_carries_the_same_module_utils_package() -> None:
+    """Mitogen keeps one interpreter per node (and one on the controller) for the whole run, so
+    ``ansible.module_utils.sparkctl`` is imported once from whichever role ran first: every role's
+    copy must hold every subpackage, or a later role's import of one it lacks fails."""
+    trees = {
+        d.parent.parent.name: sorted(p.name for p in d.iterdir() if p.name != "__pycache__")
+        for d in REPO.glob("roles/*/module_utils/sparkctl")
+    }
+    assert len(trees) > 1 and len({tuple(t) for t in trees.values()}) == 1, trees
+    texts = {(d / "__init__.py").read_text() for d in REPO.glob("roles/*/module_utils/sparkctl")}
+    assert len(texts) == 1

@@ -4,7 +4,7 @@ Every playbook of sparkctl runs task by task on all hosts (``linear``). With Mit
 of sparkctl, pinned in constraints.txt) each node keeps one Python interpreter for the whole run
 and modules are sent to it over the SSH connection, instead of one SSH round trip, one upload and
 one fresh interpreter per task and host: a full `provision` of the lab takes ~1.6x less wall time
-and ~2.2x less CPU (bench/provision_strategy.py). Connections Mitogen does not handle (a switch's
+and ~2.1x less CPU (bench/provision_strategy.py). Connections Mitogen does not handle (a switch's
 network_cli or httpapi) run as they would under ``linear``.
 
 Where Mitogen is missing (an ``ansible-playbook`` whose Python lacks it) this is plain ``linear``;

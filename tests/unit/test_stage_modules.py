@@ -116,6 +116,11 @@ def test_verify_names_a_flipped_byte_and_reports_a_summary(ckpt: Path, tmp_path:
         {"model_dir": str(node), "engram_dir": str(engram), "rank": 0, "tp": 4, "margin_gib": 0},
     )
     base = {"node": "spark-1", "model_dir": str(node), "engram_dir": str(engram), "rank": 0, "tp": 4}
+    (node / ".sparkctl-manifest.json").unlink(missing_ok=True)  # whatever an earlier test left
+    failed, res = module("spark_stage_verify", {**base, "depth": "full"})
+    assert failed and res["msg"] == f"spark-1: {node}: no manifest (not staged yet)", res["msg"]
+    failed, res = module("spark_stage_source", {"model_dir": str(node)})  # staging writes the manifest
+    assert not failed, res
     failed, res = module("spark_stage_verify", {**base, "depth": "full"})
     assert not failed and res["stage"]["ok"] and res["stage"]["engram"]["verified"], res
     shard = node / "model-00001-of-00004.safetensors"

@@ -86,7 +86,9 @@ def main():
     problems = []
     if p["what"] in ("weights", "all"):
         summary["weights"] = weights_summary(p["model_dir"], p["expected"], p["depth"])
-        problems += [f"{p['model_dir']}/{x}" for x in summary["weights"]["problems"]]
+        # File problems are relative to the model directory; a missing or broken manifest names it.
+        problems += [x if x.startswith(p["model_dir"]) else f"{p['model_dir']}/{x}"
+                     for x in summary["weights"]["problems"]]
     if p["what"] in ("engram", "all"):
         res = dsv41en1.check_rank(p["model_dir"], p["engram_dir"], p["rank"], p["tp"], dsv41en1.LAYERS, p["depth"])
         summary["engram"] = {"present": res.present, "verified": res.verified, "files": res.files,

@@ -332,6 +332,13 @@ def _warning_text(warning: Any) -> str:
     return " ".join(text.split())
 
 
+class _NoFacts:
+    """A fact cache with no host in it (Ansible's VariableManager reads a host's facts with get)."""
+
+    def get(self, key: str) -> dict[str, Any]:
+        raise KeyError(key)
+
+
 def sources_of(inv: Path) -> list[Path]:
     return [inv / name for name in SOURCE_NAMES if (inv / name).is_file()]
 
@@ -368,6 +375,9 @@ def read(inv: Path, problems: Problems, vault_password_file: Path | str | None =
         # what is read here, nothing else.
         vm._extra_vars = {}
         vm._options_vars = {}
+        # Nor the facts a persistent fact cache (ANSIBLE_CACHE_PLUGIN=jsonfile, redis, ...) holds
+        # from an earlier run: they would read as 200 unknown inventory keys.
+        vm._fact_cache = _NoFacts()
         everyone = im.groups["all"]
         site_raw = combine_vars(
             everyone.get_vars(), get_vars_from_inventory_sources(loader, im._sources, [everyone], "task")

@@ -70,3 +70,26 @@ def test_extra_vars_of_the_running_playbook_are_not_inventory_keys() -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["sparkctl_rendered"]["rank_launch"]["argv"]
+
+
+def test_facts_a_persistent_fact_cache_holds_are_not_inventory_keys(tmp_path: Path) -> None:
+    """An admin's jsonfile fact cache (kept between runs) has facts for the inventory's hosts:
+    reading the inventory must not take them for 200 unknown keys."""
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "ANSIBLE_CONFIG": str(repo / "ansible.cfg"), "ANSIBLE_CACHE_PLUGIN": "jsonfile",
+           "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(tmp_path / "facts")}
+    fill = (  # the cache as a run that gathered facts leaves it, written by Ansible's own plugin
+        "from ansible import constants as C\n"
+        "from ansible.plugins.loader import cache_loader\n"
+        "cache = cache_loader.get(C.CACHE_PLUGIN)\n"
+        "for host in ('spark-0', 'spark-1', 'spark-2', 'spark-3'):\n"
+        "    cache.set(host, {'ansible_system': 'Linux', 'gather_subset': ['all'], 'module_setup': True})\n"
+    )
+    subprocess.run([sys.executable, "-c", fill], check=True, env=env, cwd=repo, timeout=120)
+    assert len(list((tmp_path / "facts").iterdir())) == 4
+    proc = subprocess.run(
+        [sys.executable, "-m", "sparkctl", "--json", "-i", str(EXAMPLE), "validate"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=repo,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "gather_subset" not in proc.stdout + proc.stderr

@@ -77,8 +77,9 @@ timing: venv
 	$(BIN)/pytest -q -n 2 -m timing tests/unit tests/cli
 
 # Includes tests/integration/test_wheel_install.py: the wheel check with `provision --check` on the lab.
+# Two labs side by side, one stream of modules each (tests/integration/conftest.py: STREAMS).
 integration: venv apt
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q -p no:xdist --durations=25 -m integration tests/integration
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q -n 2 --durations=25 -m integration tests/integration
 
 # The built wheel in a fresh venv outside the tree (scripts/wheel_check.sh); on the lab too when it is up.
 wheel-check: venv
@@ -90,36 +91,33 @@ constraints: venv
 	mv constraints.txt.new constraints.txt
 
 # The README's test command: lint and every test layer (integration includes the wheel check). The
-# wall-clock tests (marker `timing`) run first, alone on the machine; then lint beside the lab's
-# one-time cache build (debootstrap: mostly downloads and unpacking; its log is $(LAB_BUILD_LOG));
-# then the lab tests, with the unit/CLI tests beside them at the lowest CPU priority (nice 19). The
-# lab tests wait more than they compute (playbooks through Mitogen: 1,876 busy core-seconds in
-# 1,917 s on 2 cores, 49 %), so the unit/CLI tests use cores the lab tests leave idle; their output
-# is $(UNIT_LOG), printed when they end. (Before Mitogen the lab tests kept the cores busier, and
-# the unit/CLI tests beside them at normal priority cost more than they saved: 2,869 s against
-# 2,092 s alone.) The installs before all that run side by side (pip into the two venvs, apt-get
-# for the lab's system packages): on a fresh machine they are mostly downloads and unpacking.
+# wall-clock tests (marker `timing`) run first, alone on the machine; then the lab's one-time cache
+# build (debootstrap: mostly downloads and unpacking; its log is $(LAB_BUILD_LOG)); then the lab
+# tests, two labs side by side (one stream of modules each), with lint and the unit/CLI tests beside
+# them at the lowest CPU priority (nice 19): they use what the two streams leave idle, and their
+# output ($(SIDE_LOG)) is printed when they end. The installs before all that run side by side (pip
+# into the two venvs, apt-get for the lab's system packages): mostly downloads and unpacking.
 LAB_BUILD_LOG := .lab-build.log
-UNIT_LOG := .unit-tests.log
+SIDE_LOG := .unit-tests.log
 test:
 	@t=$$(date +%s); \
 	took() { echo "[make test] $$1: $$(( $$(date +%s) - $$2 )) s"; }; \
 	$(MAKE) --no-print-directory -j3 venv sglang apt || exit 1; took installs $$t; t=$$(date +%s); \
 	$(MAKE) --no-print-directory timing || exit 1; took "wall-clock tests" $$t; t=$$(date +%s); \
-	( b=$$(date +%s); [ "$$(id -u)" != 0 ] || PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/sparkctl lab build; rc=$$?; \
-	  echo "[make test] lab build: $$(( $$(date +%s) - b )) s"; exit $$rc ) > $(LAB_BUILD_LOG) 2>&1 & \
-	build=$$!; \
-	$(MAKE) --no-print-directory lint; linted=$$?; took lint $$t; \
-	wait $$build; built=$$?; tail -n 1 $(LAB_BUILD_LOG); took "until the lab build was done" $$t; t=$$(date +%s); \
-	[ $$linted = 0 ] || { echo "lint failed"; exit 1; }; \
-	[ $$built = 0 ] || { tail -n 30 $(LAB_BUILD_LOG); echo "sparkctl lab build failed"; exit 1; }; \
-	( u=$$(date +%s); nice -n 19 $(MAKE) --no-print-directory unit UNIT_MARKS="not integration and not timing"; \
-	  rc=$$?; echo "[make test] unit/CLI tests (beside the lab tests): $$(( $$(date +%s) - u )) s"; exit $$rc \
-	) > $(UNIT_LOG) 2>&1 & \
-	unit=$$!; \
+	if [ "$$(id -u)" = 0 ]; then \
+	  PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/sparkctl lab build > $(LAB_BUILD_LOG) 2>&1 \
+	    || { tail -n 30 $(LAB_BUILD_LOG); echo "sparkctl lab build failed"; exit 1; }; \
+	fi; took "lab build" $$t; t=$$(date +%s); \
+	( s=$$(date +%s); nice -n 19 $(MAKE) --no-print-directory lint; lint_rc=$$?; \
+	  echo "[make test] lint (beside the lab tests): $$(( $$(date +%s) - s )) s"; s=$$(date +%s); \
+	  nice -n 19 $(MAKE) --no-print-directory unit UNIT_MARKS="not integration and not timing"; unit_rc=$$?; \
+	  echo "[make test] unit/CLI tests (beside the lab tests): $$(( $$(date +%s) - s )) s"; \
+	  [ $$lint_rc = 0 ] || { echo "lint failed"; exit 1; }; [ $$unit_rc = 0 ] || { echo "unit/CLI tests failed"; exit 1; } \
+	) > $(SIDE_LOG) 2>&1 & \
+	side=$$!; \
 	$(MAKE) --no-print-directory integration; rc=$$?; took "lab (integration) tests" $$t; \
-	wait $$unit; unit_rc=$$?; cat $(UNIT_LOG); took "lab and unit/CLI tests" $$t; \
-	[ $$unit_rc = 0 ] || { echo "unit/CLI tests failed"; exit 1; }; exit $$rc
+	wait $$side; side_rc=$$?; cat $(SIDE_LOG); took "lab tests, lint and unit/CLI tests" $$t; \
+	[ $$side_rc = 0 ] || exit 1; exit $$rc
 
 demo: venv apt
 	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh

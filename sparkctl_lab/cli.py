@@ -28,7 +28,7 @@ lab_app = typer.Typer(
     no_args_is_help=True,
 )
 
-DEFAULT_INVENTORY = Path("inventory/lab")
+DEFAULT_INVENTORY = Path(f"inventory/{topo.CLUSTER_NAME}")  # inventory/lab (lab N > 0: inventory/labN)
 
 
 def _json(ctx: typer.Context) -> bool:

@@ -129,6 +129,12 @@ class Caches:
 
 
 def _ensure_caches(log: Log) -> Caches:
+    # Every lab on this host (lab 0, lab N) boots from the same caches: one builder at a time.
+    with state.locked(timeout=3600, path=rootfs.cache_dir().with_name(rootfs.cache_dir().name + ".lock")):
+        return _ensure_caches_unlocked(log)
+
+
+def _ensure_caches_unlocked(log: Log) -> Caches:
     if not rootfs.is_built(rootfs.rootfs_path()):
         log(f"building the lab rootfs (debootstrap {rootfs.SUITE}, once) into {rootfs.rootfs_path()}")
     rootfs_dir, build_s = rootfs.ensure(rootfs.cache_dir() / "rootfs-build.log")

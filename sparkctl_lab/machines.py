@@ -128,7 +128,7 @@ def _mgmt_netplan(machine: str) -> str:
 DOCKER_UNITS = ("docker.service", "docker.socket", "containerd.service")
 # The machines share the controller's cgroup hierarchies (nspawn makes no cgroup namespace on a
 # v1 host), so each engine puts its containers below its own parent, which `down` removes.
-CGROUP_PARENT = "sparkctl-lab"
+CGROUP_PARENT = f"sparkctl-lab{topo.SUFFIX}"
 
 
 def machine_cgroups(machine: str) -> list[Path]:

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from sparkctl.errors import SparkctlError
+from sparkctl_lab import topology as topo
 
-DEFAULT_LAB_DIR = Path("/var/lib/sparkctl/lab")
-DEFAULT_RUN_DIR = Path("/run/sparkctl-lab")
+# Lab N > 0 (topology.INSTANCE) keeps its files beside lab 0's: /var/lib/sparkctl/lab-N, /run/sparkctl-lab-N.
+DEFAULT_LAB_DIR = Path("/var/lib/sparkctl/lab" + (f"-{topo.SUFFIX}" if topo.SUFFIX else ""))
+DEFAULT_RUN_DIR = Path("/run/sparkctl-lab" + (f"-{topo.SUFFIX}" if topo.SUFFIX else ""))
 STATE_VERSION = 1
 
 
@@ -155,9 +157,10 @@ def lock_file() -> Path:
 
 
 @contextmanager
-def locked(timeout: float = 600.0) -> Iterator[None]:
-    """One lab operation at a time on this host (two test sessions, or a user and a test)."""
-    path = lock_file()
+def locked(timeout: float = 600.0, path: Path | None = None) -> Iterator[None]:
+    """One lab operation at a time on this host (two test sessions, or a user and a test); with
+    `path`, that lock file instead of this lab's (the caches every lab on the host shares)."""
+    path = path or lock_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as f:
         deadline = time.monotonic() + timeout

@@ -17,23 +17,40 @@ The controller reaches the management network only; the fabric is the switch's b
 from __future__ import annotations
 
 import ipaddress
+import os
 from dataclasses import dataclass
 
 NODE_COUNT = 4
 SWITCH_NAME = "lab-switch"
-CLUSTER_NAME = "lab"
 
-MGMT_SUBNET = ipaddress.ip_network("10.250.0.0/24")
-CONTROLLER_IP = ipaddress.ip_address("10.250.0.1")
-SWITCH_MGMT_IP = ipaddress.ip_address("10.250.0.2")
-MGMT_HOST_BASE = 10  # node rank K gets 10.250.0.(10+K)
+
+def _instance() -> int:
+    """Which lab on this host: ``$SPARKCTL_LAB_INSTANCE`` (0-9, default 0). Lab N > 0 is a second,
+    fully separate lab beside lab 0 (its own mgmt subnet 10.250.N.0/24, bridge, namespaces, veths,
+    cgroups, state directories and inventory): the integration tests run two streams side by side.
+    Lab 0 keeps the names it always had."""
+    raw = os.environ.get(INSTANCE_ENV, "0") or "0"
+    if not (raw.isdigit() and 0 <= int(raw) <= 9):
+        raise ValueError(f"{INSTANCE_ENV} must be a digit 0-9 (got {raw!r})")
+    return int(raw)
+
+
+INSTANCE_ENV = "SPARKCTL_LAB_INSTANCE"
+INSTANCE = _instance()
+SUFFIX = "" if INSTANCE == 0 else str(INSTANCE)  # "" for lab 0, "N" for lab N
+CLUSTER_NAME = f"lab{SUFFIX}"
+
+MGMT_SUBNET = ipaddress.ip_network(f"10.250.{INSTANCE}.0/24")
+CONTROLLER_IP = MGMT_SUBNET.network_address + 1
+SWITCH_MGMT_IP = MGMT_SUBNET.network_address + 2
+MGMT_HOST_BASE = 10  # node rank K gets 10.250.N.(10+K)
 
 MGMT_IFACE = "enP7s7"  # the Spark's management NIC name
 SWITCH_MGMT_IFACE = "eth0"
-MGMT_BRIDGE = "sparklab0"  # on the controller, holds CONTROLLER_IP
+MGMT_BRIDGE = f"sparklab{INSTANCE}"  # on the controller, holds CONTROLLER_IP
 FABRIC_BRIDGE = "br-fabric"  # inside the lab-switch netns
-NETNS_PREFIX = "sparklab-"
-MGMT_VETH_PREFIX = "lm-"
+NETNS_PREFIX = f"sparklab{SUFFIX}-"
+MGMT_VETH_PREFIX = f"lm{SUFFIX}-"
 
 SWITCH_PORT_MTU = 9216  # switch ports start above the host MTU, like a real RoCE switch
 HOST_FABRIC_MTU = 9000  # what the fabric role configures on the nodes

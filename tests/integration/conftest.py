@@ -38,13 +38,33 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-LAB_INVENTORY = REPO / "inventory" / "lab"
+
+
+def _lab_instance() -> str:
+    """Under pytest-xdist (`make integration`: two workers), worker gwN drives lab N, a separate
+    lab beside the others (sparkctl_lab.topology.INSTANCE); without xdist, lab 0. Set before any
+    sparkctl_lab import, and inherited by every `sparkctl` subprocess the tests start. Lab N > 0
+    also gets its own sparkctl state directory (run records, the kit store, the supervisor's files),
+    so two streams never share a controller-side file."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    instance = worker[2:] if worker.startswith("gw") and worker[2:].isdigit() else "0"
+    os.environ["SPARKCTL_LAB_INSTANCE"] = instance
+    if instance != "0":
+        base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        os.environ["SPARKCTL_STATE_DIR"] = str(Path(base) / f"sparkctl-lab{instance}")
+    return "" if instance == "0" else instance
+
+
+LAB_SUFFIX = _lab_instance()
+LAB_INVENTORY = REPO / "inventory" / f"lab{LAB_SUFFIX}"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _config
     config.addinivalue_line(
         "markers", "lab_last: run after every other test of the session (lab teardown checks)"
     )
+    _config = config
 
 
 # The order of the modules on the one lab, so that each finds the state the one before left and
@@ -53,17 +73,43 @@ def pytest_configure(config: pytest.Config) -> None:
 # qualify and bench, which stop it); the supervisor; the vaulted key (its own inventory); the
 # lifecycle (`reset` takes everything off the nodes, then puts it back); the wheel. Every module
 # still sets up what it needs when run alone. Modules not listed run after these, by name.
-MODULE_ORDER = (
-    "test_image", "test_kit", "test_lab", "test_lab_docker", "test_stage",
-    "test_provision", "test_provision_fast", "test_revert", "test_thermals_lab",
-    "test_sim_by_hand", "test_serve", "test_up_fast", "test_monitoring_lab", "test_qa",
-    "test_watch", "test_vault", "test_lifecycle", "test_wheel_install",
+#
+# `make integration` runs two streams side by side (pytest-xdist, -n 2: the scheduler below gives
+# each stream whole, in this order, to one worker and its own lab). Each stream is about half the
+# lab tests' CPU: the serving path on one; the lab's own checks, first-day safety, the supervisor
+# and the lifecycle on the other. One process without xdist runs both, one after the other.
+STREAMS = (
+    ("test_image", "test_kit", "test_stage", "test_provision", "test_thermals_lab",
+     "test_sim_by_hand", "test_serve", "test_up_fast", "test_monitoring_lab", "test_qa"),
+    ("test_lab", "test_lab_docker", "test_revert", "test_provision_fast", "test_watch",
+     "test_vault", "test_lifecycle", "test_wheel_install"),
 )  # fmt: skip
+MODULE_ORDER = tuple(name for stream in STREAMS for name in stream)
 
 
 def _module_rank(item: pytest.Item) -> tuple[int, str]:
     name = item.path.stem
     return (MODULE_ORDER.index(name) if name in MODULE_ORDER else len(MODULE_ORDER), name)
+
+
+def _stream(nodeid: str) -> str:
+    name = Path(nodeid.split("::", 1)[0]).stem
+    return f"lab-stream-{next((i for i, s in enumerate(STREAMS) if name in s), len(STREAMS) - 1)}"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """One work unit per stream (xdist's scope scheduling, the scope being the stream): each worker
+    takes one stream whole and runs it in the collection order below. (Not `--dist loadgroup`:
+    with pytest 9 its xdist_group suffix no longer reaches the node ids, and every test went to
+    whichever worker was free.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class StreamScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _stream(nodeid)
+
+    return StreamScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -95,6 +141,12 @@ def _busy_core_seconds() -> float | None:
 
 
 _cpu_marks: dict[str, tuple[float, float]] = {}
+_config: pytest.Config | None = None
+
+
+def _xdist_controller() -> bool:
+    """Under xdist the controller sees every worker's test start and finish again: the workers log."""
+    return _config is not None and _config.pluginmanager.hasplugin("dsession")
 _session_mark: tuple[float, float] | None = None
 
 
@@ -106,7 +158,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
     busy = _busy_core_seconds() if os.environ.get("SPARKCTL_TEST_CPU_LOG") else None
-    if busy is not None:
+    if busy is not None and not _xdist_controller():
         _cpu_marks[nodeid] = (time.monotonic(), busy)
 
 
@@ -417,7 +469,7 @@ def _nvme_gib() -> int | None:
 
 # Test sessions using the lab right now (one file per pytest process), so two sessions on one
 # host share the lab instead of tearing it down under each other.
-USERS_DIR = Path("/run/sparkctl-lab.users")
+USERS_DIR = Path(f"/run/sparkctl-lab{'-' + LAB_SUFFIX if LAB_SUFFIX else ''}.users")
 
 
 def _register_user() -> Path:

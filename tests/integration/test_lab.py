@@ -27,6 +27,14 @@ def run_argv(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
 
 
+def _nspawn_pids() -> list[int]:
+    """This lab's systemd-nspawn processes (not another lab's on the same host)."""
+    from sparkctl_lab import state
+
+    pattern = f"systemd-nspawn --boot --machine=[^ ]+ --directory={state.machines_dir()}/"
+    return [int(p) for p in run_argv(["pgrep", "-f", pattern]).stdout.split()]
+
+
 def _skip_if_shared(lab: Lab) -> None:
     if lab.in_use_by_another_session():
         pytest.skip(
@@ -112,14 +120,14 @@ def test_written_inventory_loads_into_the_model(lab: Lab) -> None:
     # The ranks run as containers of the kit's image, built on the head from the lab's synthetic kit.
     assert (cluster.runtime.kind, cluster.runtime.image_source) == ("container", "build")
     assert cluster.kit is not None and cluster.kit.source == "git" and cluster.kit.commit is not None
-    assert (
-        cluster.switch is not None and cluster.switch.type == "linux" and cluster.switch.host == "10.250.0.2"
-    )
+    assert cluster.switch is not None and cluster.switch.type == "linux"
+    assert cluster.switch.host == lab.mgmt_ip("lab-switch")
     assert cluster.switch.ports["spark-2"] == {HALF_A: "s2a", "enP2p1s0f0np0": "s2b"}
     assert [str(p.address) for p in cluster.nodes[3].fabric_ports] == ["10.251.0.13/24", "10.251.1.13/24"]
     assert lab.api_key_file.stat().st_mode & 0o077 == 0
     known = lab.known_hosts.read_text().splitlines()
-    assert len(known) == 5 and all(re.match(r"^\S+,10\.250\.0\.\d+ ssh-ed25519 \S+$", k) for k in known)
+    subnet = re.escape(lab.mgmt_ip("lab-switch").rsplit(".", 1)[0])  # 10.250.0 on lab 0
+    assert len(known) == 5 and all(re.match(rf"^\S+,{subnet}\.\d+ ssh-ed25519 \S+$", k) for k in known)
 
 
 def test_ansible_reaches_every_host_with_the_inventory(lab: Lab, tmp_path: Path) -> None:
@@ -216,7 +224,7 @@ def test_status_and_re_up_change_nothing(lab: Lab) -> None:
     assert status.returncode == 0, status.stderr
     rows = {r["machine"]: r for r in json.loads(status.stdout)}
     assert {r["state"] for r in rows.values()} == {"running"}
-    assert rows["spark-1"]["mgmt_ip"] == "10.250.0.11"
+    assert rows["spark-1"]["mgmt_ip"] == lab.mgmt_ip("spark-1")  # 10.250.0.11 on lab 0
     before = {p: p.read_text() for p in lab.inventory.rglob("*") if p.is_file()}
     t0 = time.monotonic()
     again = lab.run_sparkctl("lab", "up", json_out=True)
@@ -243,7 +251,7 @@ def test_a_crashed_run_is_cleaned_by_the_next_up(lab: Lab) -> None:
 
     _skip_if_shared(lab)
     # A crash: every container process killed, the state file lost, everything else left behind.
-    for pid in [int(p) for p in run_argv(["pgrep", "-f", "systemd-nspawn --boot --machine="]).stdout.split()]:
+    for pid in _nspawn_pids():
         run_argv(["kill", "-9", str(pid)])
     state.state_file().unlink()
     time.sleep(1)
@@ -254,12 +262,13 @@ def test_a_crashed_run_is_cleaned_by_the_next_up(lab: Lab) -> None:
     assert set(json.loads(proc.stdout)["system"].values()) == {"running"}
     assert lab.ssh("spark-2", "hostname").stdout.strip() == "spark-2"
     # exactly one container per machine afterwards
-    assert len(run_argv(["pgrep", "-f", "systemd-nspawn --boot --machine="]).stdout.split()) == 5
+    assert len(_nspawn_pids()) == 5
 
 
 @pytest.mark.lab_last
 def test_down_leaves_nothing_behind(lab: Lab) -> None:
     from sparkctl_lab import state
+    from sparkctl_lab import topology as topo
 
     _skip_if_shared(lab)
     inits = [r["pid"] for r in lab.status().values() if r["pid"]]
@@ -267,10 +276,11 @@ def test_down_leaves_nothing_behind(lab: Lab) -> None:
     proc = lab.run_sparkctl("lab", "down")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # Checked with the host's own tools, not with the lab's bookkeeping.
-    assert not [ns for ns in run_argv(["ip", "netns", "list"]).stdout.split() if ns.startswith("sparklab-")]
+    netns = run_argv(["ip", "netns", "list"]).stdout.split()
+    assert not [ns for ns in netns if ns.startswith(topo.NETNS_PREFIX)]
     links = run_argv(["ip", "-o", "link", "show"]).stdout
-    assert "sparklab0" not in links and not re.search(r"\d+: lm-", links)
-    lab_root = str(state.lab_dir())
+    assert topo.MGMT_BRIDGE not in links and not re.search(rf"\d+: {topo.MGMT_VETH_PREFIX}", links)
+    lab_root = f"{state.lab_dir()}/"  # this lab's files (another lab on the host has its own)
     assert lab_root not in Path("/proc/self/mountinfo").read_text()
     assert lab_root not in run_argv(["losetup", "--list", "--noheadings", "--output", "BACK-FILE"]).stdout
     for pid in inits:

@@ -132,7 +132,7 @@ def test_manual_ansible_playbook_works(lab: Any, provisioned: dict[str, Any]) ->
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     proc = subprocess.run(
-        [str(bin_dir / "ansible-playbook"), "-i", "inventory/lab", "playbooks/provision.yml"],
+        [str(bin_dir / "ansible-playbook"), "-i", str(lab.inventory), "playbooks/provision.yml"],
         capture_output=True, text=True, timeout=900, cwd=REPO, env=env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:]

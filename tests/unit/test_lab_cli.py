@@ -80,10 +80,11 @@ def test_build_makes_the_caches_under_the_lab_lock_and_starts_nothing(
     calls: list[str] = []
 
     @contextlib.contextmanager
-    def locked() -> Iterator[None]:
-        calls.append("lock")
+    def locked(timeout: float = 600.0, path: Path | None = None) -> Iterator[None]:
+        name = "caches" if path is not None else "lab"  # the host-wide cache lock, inside the lab's
+        calls.append(f"lock {name}")
         yield
-        calls.append("unlock")
+        calls.append(f"unlock {name}")
 
     def ensure(log_path: Any = None) -> tuple[Path, float | None]:
         calls.append("rootfs")
@@ -105,7 +106,7 @@ def test_build_makes_the_caches_under_the_lab_lock_and_starts_nothing(
     monkeypatch.setattr(control, "start_machine", lambda *a, **k: pytest.fail("build started a machine"))
     result = run_cli("--json", "lab", "build")
     assert result.code == 0, result.err
-    assert calls == ["lock", "rootfs", "engine", "kit", "unlock"]
+    assert calls == ["lock lab", "lock caches", "rootfs", "engine", "kit", "unlock caches", "unlock lab"]
     doc = json.loads(result.out)
     assert doc == {"rootfs": str(tmp_path / "rootfs"), "rootfs_build_s": 91.5,
                    "engine_tarball": str(tmp_path / "engine.tar"), "engine_build_s": 42.5,

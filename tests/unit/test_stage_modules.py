@@ -111,10 +111,11 @@ def test_verify_names_a_flipped_byte_and_reports_a_summary(ckpt: Path, tmp_path:
     node = tmp_path / "model"
     shutil.copytree(ckpt, node)
     engram = tmp_path / "engram"
-    module(
+    failed, res = module(
         "spark_stage_pack",
         {"model_dir": str(node), "engram_dir": str(engram), "rank": 0, "tp": 4, "margin_gib": 0},
     )
+    assert not failed, res
     base = {"node": "spark-1", "model_dir": str(node), "engram_dir": str(engram), "rank": 0, "tp": 4}
     (node / ".sparkctl-manifest.json").unlink(missing_ok=True)  # whatever an earlier test left
     failed, res = module("spark_stage_verify", {**base, "depth": "full"})

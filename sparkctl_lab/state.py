@@ -23,8 +23,8 @@ from sparkctl.errors import SparkctlError
 from sparkctl_lab import topology as topo
 
 # Lab N > 0 (topology.INSTANCE) keeps its files beside lab 0's: /var/lib/sparkctl/lab-N, /run/sparkctl-lab-N.
-DEFAULT_LAB_DIR = Path("/var/lib/sparkctl/lab" + (f"-{topo.SUFFIX}" if topo.SUFFIX else ""))
-DEFAULT_RUN_DIR = Path("/run/sparkctl-lab" + (f"-{topo.SUFFIX}" if topo.SUFFIX else ""))
+DEFAULT_LAB_DIR = Path(f"/var/lib/sparkctl/lab{topo.DIR_SUFFIX}")
+DEFAULT_RUN_DIR = Path(f"/run/sparkctl-lab{topo.DIR_SUFFIX}")
 STATE_VERSION = 1
 
 

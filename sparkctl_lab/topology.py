@@ -38,6 +38,7 @@ def _instance() -> int:
 INSTANCE_ENV = "SPARKCTL_LAB_INSTANCE"
 INSTANCE = _instance()
 SUFFIX = "" if INSTANCE == 0 else str(INSTANCE)  # "" for lab 0, "N" for lab N
+DIR_SUFFIX = f"-{SUFFIX}" if SUFFIX else ""  # the controller's directories: lab, lab-1, ...
 CLUSTER_NAME = f"lab{SUFFIX}"
 
 MGMT_SUBNET = ipaddress.ip_network(f"10.250.{INSTANCE}.0/24")

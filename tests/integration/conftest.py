@@ -81,8 +81,8 @@ def pytest_configure(config: pytest.Config) -> None:
 STREAMS = (
     ("test_image", "test_kit", "test_stage", "test_provision", "test_thermals_lab",
      "test_sim_by_hand", "test_serve", "test_up_fast", "test_monitoring_lab", "test_qa"),
-    ("test_lab", "test_lab_docker", "test_revert", "test_provision_fast", "test_watch",
-     "test_vault", "test_lifecycle", "test_wheel_install"),
+    ("test_lab", "test_lab_docker", "test_lifecycle", "test_revert", "test_provision_fast",
+     "test_watch", "test_vault", "test_wheel_install"),
 )  # fmt: skip
 MODULE_ORDER = tuple(name for stream in STREAMS for name in stream)
 
@@ -127,8 +127,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # --- where the lab tests' time goes: wall time against the machine's busy CPU -----------------
 # The summary line says how busy the machine's cores were while the lab tests ran (from
 # /proc/stat, all processes: the nodes' share included). SPARKCTL_TEST_CPU_LOG=FILE adds one JSON
-# line per test (wall seconds, busy core-seconds): a test with much wall time and little CPU is
-# waiting (timers, boots), one near the core count is compute-bound.
+# line per test (worker, start time, wall seconds, busy core-seconds): a test with much wall time
+# and little CPU is waiting (timers, boots), one near the core count is compute-bound. Under xdist
+# the busy figure is the whole machine's, both streams' share in it.
 
 
 def _busy_core_seconds() -> float | None:
@@ -142,12 +143,12 @@ def _busy_core_seconds() -> float | None:
 
 _cpu_marks: dict[str, tuple[float, float]] = {}
 _config: pytest.Config | None = None
+_session_mark: tuple[float, float] | None = None
 
 
 def _xdist_controller() -> bool:
     """Under xdist the controller sees every worker's test start and finish again: the workers log."""
     return _config is not None and _config.pluginmanager.hasplugin("dsession")
-_session_mark: tuple[float, float] | None = None
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -168,7 +169,8 @@ def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
     if mark is None or busy is None or not log:
         return
     wall, used = time.monotonic() - mark[0], busy - mark[1]
-    record = {"test": nodeid, "wall_s": round(wall, 2), "busy_core_s": round(used, 2)}
+    record = {"test": nodeid, "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
+              "start": round(time.time() - wall, 1), "wall_s": round(wall, 2), "busy_core_s": round(used, 2)}
     with open(log, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
 
@@ -469,7 +471,13 @@ def _nvme_gib() -> int | None:
 
 # Test sessions using the lab right now (one file per pytest process), so two sessions on one
 # host share the lab instead of tearing it down under each other.
-USERS_DIR = Path(f"/run/sparkctl-lab{'-' + LAB_SUFFIX if LAB_SUFFIX else ''}.users")
+def _users_dir() -> Path:
+    from sparkctl_lab.state import DEFAULT_RUN_DIR  # after _lab_instance(): this lab's run dir
+
+    return DEFAULT_RUN_DIR.with_name(DEFAULT_RUN_DIR.name + ".users")
+
+
+USERS_DIR = _users_dir()
 
 
 def _register_user() -> Path:

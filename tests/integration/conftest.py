@@ -175,6 +175,20 @@ def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+# Under xdist: when each stream (worker) ran its first and its last test, so that the streams'
+# lengths can be compared (STREAMS is balanced by them).
+_stream_spans: dict[str, list[float]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    if worker is None:
+        return
+    key = f"{_stream(report.nodeid)} (lab {worker.id[2:]})"
+    span = _stream_spans.setdefault(key, [report.start, report.stop])
+    span[0], span[1] = min(span[0], report.start), max(span[1], report.stop)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     busy = _busy_core_seconds()
     if _session_mark is None or busy is None:
@@ -186,6 +200,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             f"lab tests: {wall:.0f} s wall, {used:.0f} core-seconds busy on {cores} cores "
             f"({100 * used / (wall * cores):.0f} % of the machine)"
         )
+    for stream, (first, last) in sorted(_stream_spans.items()):
+        terminalreporter.write_line(f"{stream}: {last - first:.0f} s")
 
 
 def lab_unavailable_reason() -> str | None:

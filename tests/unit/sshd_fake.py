@@ -8,6 +8,7 @@ nodes, timeouts and connection reuse for real. It also forwards ``direct-tcpip``
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import threading
@@ -114,6 +115,9 @@ class FakeSshd:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(16)
+        # Set here, not in the thread: a server closed before its thread first ran had its socket
+        # closed under that first call (EBADF in the thread).
+        self.sock.settimeout(0.2)
         self.port = self.sock.getsockname()[1]
         self.known_hosts = tmp / "known_hosts"
         self.known_hosts.write_text(f"[127.0.0.1]:{self.port} ssh-rsa {self.host_key.get_base64()}\n")
@@ -121,10 +125,10 @@ class FakeSshd:
         self.forwarded: list[tuple[str, int]] = []  # destinations of direct-tcpip channels
         self._transports: list[paramiko.Transport] = []
         self._stop = threading.Event()
-        threading.Thread(target=self._loop, daemon=True).start()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
 
     def _loop(self) -> None:
-        self.sock.settimeout(0.2)
         while not self._stop.is_set():
             try:
                 conn, _ = self.sock.accept()
@@ -143,6 +147,9 @@ class FakeSshd:
 
     def close(self) -> None:
         self._stop.set()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the thread's accept() at once
+        self._thread.join(timeout=5)  # the thread is done with the socket before it is closed
         for transport in self._transports:
             transport.close()
         self.sock.close()

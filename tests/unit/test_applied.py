@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from modrun import LOCAL_RUN_ENV
 
 from sparkctl.nodeside import applied, system
 
@@ -294,6 +295,7 @@ def test_the_module_probes_records_and_notices_an_edit(tmp_path: Path) -> None:
         "ANSIBLE_VARS_ENABLED": "host_group_vars",
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_LOCALHOST_WARNING": "0",
+        **LOCAL_RUN_ENV,
     }
     proc = subprocess.run(
         [

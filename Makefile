@@ -23,6 +23,7 @@ help:
 	@echo "make timing - the wall-clock tests alone (simulator speeds, timeouts, parallelism)"
 	@echo "make bench  - benchmarks under bench/ (ratios against in-run baselines)"
 	@echo "make wheel-check - build the wheel, install it in a fresh venv outside the tree, run it"
+	@echo "make lab-up / lab-down - the local lab (lab 0); make lab-down-all - every lab the tests use"
 
 # Installs exactly the versions CI tested (constraints.txt). A venv from before the distribution
 # was renamed sparkctl-dgx still holds the old `sparkctl` editable install: it goes first.

@@ -43,3 +43,20 @@ def test_plain_pytest_collects_everything_and_deselects_the_lab() -> None:
     assert proc.returncode == 0, f"collection failed: {tail}\n{proc.stdout[-3000:]}"
     assert "error" not in tail and "deselected" in tail, tail
     assert "tests/integration/" not in proc.stdout  # none selected by default
+
+
+def test_the_side_jobs_run_in_a_niced_session_of_their_own() -> None:
+    """`make test` runs lint and the unit/CLI tests through $(BESIDE): a session of their own whose
+    autogroup is niced to SIDE_NICE (a plain nice ranks a task only within its session), the
+    command's failure passing through to make."""
+    probe = 'beside-probe: ; @$(BESIDE) sh -c "cat /proc/self/autogroup 2>/dev/null; nice; exit 3"'
+    proc = subprocess.run(["make", "--no-print-directory", "-s", "--eval", probe, "beside-probe"],
+                          capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    assert proc.returncode != 0 and "Error 3" in proc.stderr, proc.stderr
+    side_nice = next(line.split(":=")[1].strip() for line in (REPO / "Makefile").read_text().splitlines()
+                     if line.startswith("SIDE_NICE :="))
+    lines = proc.stdout.split()
+    assert lines[-1] == side_nice, proc.stdout  # `nice` inside the session
+    if Path("/proc/self/autogroup").exists():  # kernels with autogroup scheduling
+        assert proc.stdout.startswith("/autogroup-") and f"nice {side_nice}" in proc.stdout, proc.stdout
+        assert Path("/proc/self/autogroup").read_text().split()[0] not in proc.stdout  # not ours

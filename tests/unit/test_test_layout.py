@@ -5,6 +5,7 @@ run deselects them, and a collection without errors."""
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -56,7 +57,8 @@ def test_the_side_jobs_run_in_a_niced_session_of_their_own() -> None:
     side_nice = next(line.split(":=")[1].strip() for line in (REPO / "Makefile").read_text().splitlines()
                      if line.startswith("SIDE_NICE :="))
     lines = proc.stdout.split()
-    assert lines[-1] == side_nice, proc.stdout  # `nice` inside the session
+    # `nice -n` adds to the caller's niceness (this test itself runs beside the lab tests in CI)
+    assert lines[-1] == str(min(19, os.nice(0) + int(side_nice))), proc.stdout  # `nice` inside the session
     if Path("/proc/self/autogroup").exists():  # kernels with autogroup scheduling
         assert proc.stdout.startswith("/autogroup-") and f"nice {side_nice}" in proc.stdout, proc.stdout
         assert Path("/proc/self/autogroup").read_text().split()[0] not in proc.stdout  # not ours

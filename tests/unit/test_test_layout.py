@@ -62,3 +62,15 @@ def test_the_side_jobs_run_in_a_niced_session_of_their_own() -> None:
     if Path("/proc/self/autogroup").exists():  # kernels with autogroup scheduling
         assert proc.stdout.startswith("/autogroup-") and f"nice {side_nice}" in proc.stdout, proc.stdout
         assert Path("/proc/self/autogroup").read_text().split()[0] not in proc.stdout  # not ours
+
+
+def test_the_makefile_runs_one_lab_per_stream() -> None:
+    """`make integration` starts LAB_STREAMS workers (worker gwN drives lab N) and `make lab-down-all`
+    takes down that many labs: as many as tests/integration/conftest.py has STREAMS."""
+    conftest = ast.parse((TESTS / "integration" / "conftest.py").read_text())
+    streams = next(node.value for node in conftest.body if isinstance(node, ast.Assign)
+                   and any(isinstance(t, ast.Name) and t.id == "STREAMS" for t in node.targets))
+    assert isinstance(streams, ast.Tuple)
+    lab_streams = next(line.split(":=")[1].strip() for line in (REPO / "Makefile").read_text().splitlines()
+                       if line.startswith("LAB_STREAMS :="))
+    assert int(lab_streams) == len(streams.elts), (lab_streams, ast.unparse(streams))

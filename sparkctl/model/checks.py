@@ -19,7 +19,7 @@ from ipaddress import IPv4Address, IPv4Network
 from pathlib import PurePosixPath
 
 from sparkctl.model.cluster import Checkpoint, Fabric, Kit, Mgmt, Paths, Ports, Runtime, Supervisor
-from sparkctl.model.loader import Draft
+from sparkctl.model.draft import Draft
 from sparkctl.model.problems import Problems, suggest
 from sparkctl.model.types import MIN_FABRIC_MTU, image_is_pinned
 from sparkctl.profiles import Profile

@@ -28,6 +28,7 @@ from pydantic import StrictBool, StrictStr, TypeAdapter, ValidationError
 
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.model import ansible_read, connection
+from sparkctl.model.checks import run_checks
 from sparkctl.model.cluster import (
     Checkpoint,
     Cluster,
@@ -45,6 +46,7 @@ from sparkctl.model.cluster import (
     SwitchType,
     Upgrade,
 )
+from sparkctl.model.draft import Draft
 from sparkctl.model.problems import Problems, from_validation_error, join_path, suggest
 from sparkctl.model.types import Gib, HostName, Mtu, Rank, ShortName
 
@@ -219,24 +221,6 @@ def _attach_secret_values(draft: Draft, raw: Raw, problems: Problems) -> None:
 
 
 # -- validation -----------------------------------------------------------------------------------
-
-
-@dataclass
-class Draft:
-    """What validated, section by section (None where a section had problems)."""
-
-    inventory_dir: Path
-    site: dict[str, Any] = field(default_factory=dict)  # SITE_KEYS -> validated value
-    ansible: dict[str, Any] = field(default_factory=dict)  # ANSIBLE_READ -> validated value
-    spark_names: list[str] = field(default_factory=list)  # every host of the sparks group
-    ranks: dict[str, int] = field(default_factory=dict)  # host -> rank, where it validated
-    nodes: list[Node] = field(default_factory=list)  # hosts that validated completely
-    switch_names: list[str] = field(default_factory=list)
-    switch: Switch | None = None
-    profile: Any = None
-
-    def get(self, key: str) -> Any:
-        return self.site.get(key)
 
 
 def _odd_keys(value: Any, path: str) -> list[tuple[str, Any]]:
@@ -431,8 +415,6 @@ def load_inventory(path: Path | str, *, vault_password_file: Path | str | None =
     ``vault_password_file`` adds to ``$ANSIBLE_VAULT_PASSWORD_FILE`` and ansible.cfg's
     ``vault_password_file`` (see ``ansible_read``).
     """
-    from sparkctl.model.checks import run_checks
-
     inv = Path(path)
     if not inv.is_dir():
         what = "does not exist" if not inv.exists() else "is not a directory"

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -39,12 +38,12 @@ from typing import TYPE_CHECKING, Any
 from sparkctl.errors import InputError
 from sparkctl.qa import published as pub
 from sparkctl.qa.endpoint import Endpoint, for_cluster
+from sparkctl.qa.prefill import PrefillResult, run_prefill
+from sparkctl.qa.request import RequestTiming, percentile, stats, stream_one
 from sparkctl.qa.workload import Workload, load_builtin, resolve
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
-
-    from sparkctl.qa.prefill import PrefillResult
 
 WARMUP_TOKENS = 64
 STANDARD_WARMUPS = 3  # R4/community runner: the first three prompts at C1, 64 tokens each
@@ -64,68 +63,6 @@ def parse_concurrency(text: str) -> list[int]:
             f"--concurrency {text!r} is not a list of positive integers", hint="e.g. --concurrency 1,4,8,16"
         )
     return levels
-
-
-# ------------------------------------------------------------------------------------------ metrics
-def percentile(values: Sequence[float], p: float) -> float:
-    """The p-th percentile (0–100) with linear interpolation between closest ranks (NumPy's default)."""
-    if not values:
-        raise ValueError("percentile of no values")
-    if not 0 <= p <= 100:
-        raise ValueError("p must be within 0..100")
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * p / 100
-    low, high = math.floor(rank), math.ceil(rank)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
-
-
-def stats(values: Sequence[float], digits: int = 3) -> dict[str, Any]:
-    """mean (what the publications quote), min/median/max, and every sample in measured order."""
-    if not values:
-        raise ValueError("statistics of no values")
-    return {
-        "mean": round(statistics.fmean(values), digits),
-        "min": round(min(values), digits),
-        "median": round(statistics.median(values), digits),
-        "max": round(max(values), digits),
-        "n": len(values),
-        "samples": [round(v, digits) for v in values],
-    }
-
-
-@dataclass
-class RequestTiming:
-    """One streamed request, times from ``time.perf_counter``."""
-
-    sent: float
-    first_token: float | None
-    done: float
-    completion_tokens: int
-    prompt_tokens: int
-    error: str | None = None
-    last_token: float | None = None  # the last chunk that carried content (sparkDash's window end)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.first_token is not None and self.completion_tokens > 0
-
-    @property
-    def ttft(self) -> float:
-        return (self.first_token or self.done) - self.sent
-
-    @property
-    def e2e(self) -> float:
-        return self.done - self.sent
-
-    @property
-    def last(self) -> float:
-        return self.last_token if self.last_token is not None else self.done
-
-    @property
-    def decode_tps(self) -> float:
-        """(completion_tokens − 1) / (end − first token): the first token belongs to prefill."""
-        window = self.done - (self.first_token or self.done)
-        return (self.completion_tokens - 1) / window if window > 0 and self.completion_tokens > 1 else 0.0
 
 
 @dataclass
@@ -379,45 +316,6 @@ def _warmup_text(mode: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ running
-async def _one(client: AsyncOpenAI, model: str, prompt: str, max_tokens: int) -> RequestTiming:
-    sent = time.perf_counter()
-    first: float | None = None
-    last: float | None = None
-    completion = prompt_tokens = 0
-    try:
-        stream = await client.chat.completions.create(
-            model=model,
-            messages=[{"role": "user", "content": prompt}],
-            max_tokens=max_tokens,
-            temperature=0,
-            stream=True,
-            stream_options={"include_usage": True},
-            extra_body={"ignore_eos": True, "chat_template_kwargs": {"thinking": False}},
-        )
-        async for chunk in stream:
-            if chunk.choices:
-                delta = chunk.choices[0].delta
-                extra = getattr(delta, "model_extra", None) or {}
-                if delta.content or extra.get("reasoning_content"):
-                    last = time.perf_counter()
-                    if first is None:
-                        first = last
-            if chunk.usage is not None:
-                completion = chunk.usage.completion_tokens
-                prompt_tokens = chunk.usage.prompt_tokens
-    except Exception as exc:
-        return RequestTiming(
-            sent, first, time.perf_counter(), completion, prompt_tokens, f"{type(exc).__name__}: {exc}", last
-        )
-    done = time.perf_counter()
-    error = None
-    if first is None:
-        error = "no content was streamed"
-    elif completion == 0:
-        error = "the stream carried no usage block (stream_options.include_usage)"
-    return RequestTiming(sent, first, done, completion, prompt_tokens, error, last)
-
-
 def prompts_for(workload: Workload, concurrency: int) -> list[str]:
     """C distinct prompts, a deterministic tag at the front; the same on every repeat of a level."""
     return [
@@ -430,7 +328,7 @@ async def run_batch(
     client: AsyncOpenAI, model: str, prompts: Sequence[str], max_tokens: int, trial: int = 0
 ) -> Batch:
     """The prompts sent together; the batch lasts from the first send to the last response."""
-    timings = await asyncio.gather(*(_one(client, model, p, max_tokens) for p in prompts))
+    timings = await asyncio.gather(*(stream_one(client, model, p, max_tokens) for p in prompts))
     return Batch(len(prompts), list(timings), trial)
 
 
@@ -509,9 +407,6 @@ def run_bench(
     on_progress: ProgressFn | None = None,
 ) -> BenchReport:
     """Measure the ladder (and the prefill sweep when ``prefill_sizes``) against the published figures."""
-    # Imported on use: prefill.py imports this module for its records.
-    from sparkctl.qa.prefill import run_prefill
-
     if waves < 1:
         raise InputError(f"--repeats {waves} must be at least 1")
     if c1_samples < 1:

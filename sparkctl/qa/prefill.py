@@ -21,8 +21,8 @@ from typing import Any
 from sparkctl.errors import InputError
 from sparkctl.qa import haystack
 from sparkctl.qa import published as pub
-from sparkctl.qa.bench import RequestTiming, _one, stats
 from sparkctl.qa.endpoint import Endpoint
+from sparkctl.qa.request import RequestTiming, stats, stream_one
 
 BUDGET = 8  # completion tokens per prefill request (sparkDash)
 RESERVE = 1024  # tokens kept free under the context for the template and the answer
@@ -152,10 +152,10 @@ async def _sweep(endpoint: Endpoint, result: PrefillResult, say: Callable[[str],
     rng = random.Random(SEED)
     try:
         say("prefill warm-up")
-        await _one(client, endpoint.model, _prompt(WARMUP_TOKENS // 2, rng), BUDGET)
+        await stream_one(client, endpoint.model, _prompt(WARMUP_TOKENS // 2, rng), BUDGET)
         fit = haystack.TokenFit()
         for words in (200, 1600):
-            t = await _one(client, endpoint.model, _prompt(words, rng), 1)
+            t = await stream_one(client, endpoint.model, _prompt(words, rng), 1)
             if t.error or not t.prompt_tokens:
                 for point in result.points:  # nothing can be sized: every point fails with the reason
                     if not point.skipped:
@@ -170,7 +170,7 @@ async def _sweep(endpoint: Endpoint, result: PrefillResult, say: Callable[[str],
                 continue
             say(f"prefill {point.size}")
             point.words = fit.words_for(point.aimed)
-            point.timing = await _one(client, endpoint.model, _prompt(point.words, rng), BUDGET)
+            point.timing = await stream_one(client, endpoint.model, _prompt(point.words, rng), BUDGET)
             if point.timing.ok:
                 fit.add(point.words, point.timing.prompt_tokens)
     finally:

@@ -8,13 +8,16 @@ Secrets appear only as ``<secret:NAME>`` markers.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkctl.render import common, facts, host, kit, monitoring, rank, switch
 from sparkctl.render.common import secret_mark
 from sparkctl.render.facts import cluster_facts, node_facts
 from sparkctl.render.rank import rank_argv, rank_env
 from sparkctl.render.switch import switch_config
+
+if TYPE_CHECKING:  # annotations only: render never imports the model at run time
+    from sparkctl.model.cluster import Cluster, Node
 
 __all__ = [
     "cluster_facts",
@@ -34,9 +37,6 @@ __all__ = [
     "switch_config",
     "switch_entry",
 ]
-
-Cluster = Any
-Node = Any
 
 
 def node_files(cluster: Cluster, node: Node) -> tuple[dict[str, str], dict[str, str]]:

@@ -7,13 +7,13 @@ every host as ``sparkctl_cluster``, and ``node_facts`` is the head of each node'
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkctl.render.kit import kit_facts
 from sparkctl.render.rank import api_url, run_image, served_model_name, start_waves
 
-Cluster = Any  # sparkctl.model.Cluster (render does not import the model)
-Node = Any
+if TYPE_CHECKING:  # annotations only: render never imports the model at run time
+    from sparkctl.model.cluster import Cluster, Node
 
 
 def node_facts(cluster: Cluster, node: Node) -> dict[str, Any]:

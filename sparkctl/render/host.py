@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from sparkctl.render import common as c
 
-Cluster = Any
-Node = Any
+if TYPE_CHECKING:  # annotations only: render never imports the model at run time
+    from sparkctl.model.cluster import Cluster, Node
 
 
 def netplan(cluster: Cluster, node: Node) -> str:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-Cluster = Any  # sparkctl.model.Cluster
-Node = Any
+if TYPE_CHECKING:  # annotations only: render never imports the model at run time
+    from sparkctl.model.cluster import Cluster
+    from sparkctl.profiles import Kit as ProfileKit
+
 
 # Files sparkctl renders for a kit (KitFile.render), on the node under <run_dir>/kit-files/.
 KIT_FILES_DIR = "kit-files"
@@ -30,9 +32,17 @@ def current(cluster: Cluster) -> str:
     return f"{store(cluster)}/current"
 
 
+def mounted(cluster: Cluster) -> ProfileKit | None:
+    """The profile's kit when the ranks mount it (the site configures a kit, the profile says how
+    to mount it, and the ranks run in containers); None otherwise."""
+    if cluster.kit is None or cluster.runtime.kind != "container":
+        return None
+    return cluster.profile.kit
+
+
 def enabled(cluster: Cluster) -> bool:
     """True when the site configures a kit and the profile says how to mount it."""
-    return cluster.kit is not None and cluster.profile.kit is not None and cluster.runtime.kind == "container"
+    return mounted(cluster) is not None
 
 
 def file_host_path(cluster: Cluster, dst: str) -> str:
@@ -43,7 +53,9 @@ def file_host_path(cluster: Cluster, dst: str) -> str:
 
 def overlay_binds(cluster: Cluster) -> list[tuple[str, str]]:
     """(host source, container target) of every overlay, in the profile's order."""
-    pk = cluster.profile.kit
+    pk = mounted(cluster)
+    if pk is None:
+        return []
     return [
         (f"{current(cluster)}/{pk.overlay_source}/{rel}", f"{pk.overlay_target}/{rel}") for rel in pk.overlays
     ]
@@ -51,10 +63,11 @@ def overlay_binds(cluster: Cluster) -> list[tuple[str, str]]:
 
 def rendered_files(cluster: Cluster) -> dict[str, str]:
     """Host path -> text of every file the profile's kit wants rendered from the inventory."""
-    if not enabled(cluster):
+    pk = mounted(cluster)
+    if pk is None:
         return {}
     out: dict[str, str] = {}
-    for f in cluster.profile.kit.files:
+    for f in pk.files:
         if f.render == "r4-cluster-json":
             out[file_host_path(cluster, f.dst)] = r4_cluster_json(cluster)
     return out
@@ -62,9 +75,10 @@ def rendered_files(cluster: Cluster) -> dict[str, str]:
 
 def file_binds(cluster: Cluster) -> list[tuple[str, str]]:
     """(host path, container path) of every rendered kit file."""
-    if not enabled(cluster):
+    pk = mounted(cluster)
+    if pk is None:
         return []
-    return [(file_host_path(cluster, f.dst), f.dst) for f in cluster.profile.kit.files]
+    return [(file_host_path(cluster, f.dst), f.dst) for f in pk.files]
 
 
 def _int_env(cluster: Cluster, name: str, default: int) -> int:

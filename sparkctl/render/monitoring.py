@@ -15,14 +15,15 @@ import json
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from sparkctl.render import common as c
 
-Cluster = Any
-Node = Any
+if TYPE_CHECKING:  # annotations only: render never imports the model at run time
+    from sparkctl.model.cluster import Cluster, Node
+
 
 EXPORTER_UNIT_NAME = "sparkctl-exporter.service"
 EXPORTER_UNIT_FILE = f"/etc/systemd/system/{EXPORTER_UNIT_NAME}"

@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkctl.errors import InputError
 from sparkctl.nodeside import images
 from sparkctl.render import common as c
 from sparkctl.render import kit
 
-Cluster = Any  # sparkctl.model.Cluster (kept loose: render must not import the loader)
-Node = Any
+if TYPE_CHECKING:  # annotations only: render never imports the model at run time
+    from sparkctl.model.cluster import Cluster, Node
 
 
 def places(cluster: Cluster) -> dict[str, str]:
@@ -119,8 +119,9 @@ def rank_env(cluster: Cluster, node: Node) -> dict[str, str]:
         # The lab's simulated rank reads its behaviour (boot delay, token rate, held memory) here,
         # and where the serving kit is, to check it as the real launcher does.
         env.update(cluster.profile.simulator.environment())
-        if kit.enabled(cluster):
-            env.update(cluster.profile.simulator.kit_environment(cluster.profile.kit))
+        pk = kit.mounted(cluster)
+        if pk is not None:
+            env.update(cluster.profile.simulator.kit_environment(pk))
     return env
 
 
@@ -185,24 +186,24 @@ def container_command(cluster: Cluster, node: Node) -> list[str]:
         bind(paths.model_dir, container_model_dir(cluster), readonly=True),
         bind(paths.engram_dir, c.CONTAINER_ENGRAM_DIR, readonly=True),
     ]
-    if kit.enabled(cluster):
+    pk = kit.mounted(cluster)
+    if pk is not None:
         # The kit read-only where its adapters expect it, the files sparkctl renders for it, …
-        mounts.append(bind(kit.current(cluster), cluster.profile.kit.mount, readonly=True))
+        mounts.append(bind(kit.current(cluster), pk.mount, readonly=True))
         mounts += [bind(src, dst, readonly=True) for src, dst in kit.file_binds(cluster)]
     mounts += [
         bind(run_dir / "cache", c.CONTAINER_CACHE_DIR),
         bind(run_dir / "state", c.CONTAINER_STATE_DIR),
     ]
-    if kit.enabled(cluster):
-        # … and one read-only bind per SGLang source overlay, over the file it replaces.
-        mounts += [bind(src, dst, readonly=True) for src, dst in kit.overlay_binds(cluster)]
+    # … and one read-only bind per SGLang source overlay, over the file it replaces.
+    mounts += [bind(src, dst, readonly=True) for src, dst in kit.overlay_binds(cluster)]
     if has_rank_secrets(cluster):
         mounts.append(bind(c.RANK_SECRETS_FILE, c.RANK_SECRETS_FILE, readonly=True))
     name = container_name(cluster, node)
-    if kit.enabled(cluster) and cluster.profile.kit.entrypoint == "launcher":
+    if pk is not None and pk.entrypoint == "launcher":
         # The kit's launcher checks the kit, then execs SGLang with the arguments it builds from
         # the cluster file (the same values as `argv`, which plan keeps showing).
-        launcher = [a.replace("${rank}", str(node.rank)) for a in cluster.profile.kit.launcher]
+        launcher = [a.replace("${rank}", str(node.rank)) for a in pk.launcher]
         return docker_run(cluster, name, mounts, launcher[0], launcher[1:])
     return docker_run(cluster, name, mounts, argv[0], argv[1:])
 

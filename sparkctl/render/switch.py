@@ -7,22 +7,34 @@ host MTU, one L2 domain, RoCE (DSCP 26) lossless on traffic class 3 with PFC and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from sparkctl.errors import InputError
 from sparkctl.render import common as c
 
-Cluster = Any
+if TYPE_CHECKING:  # annotations only: render never imports the model at run time
+    from sparkctl.model.cluster import Cluster, Switch
+
 
 BRIDGE = "sparkctl-fabric"
 PORT_SPEED = "200G-baseCR4"
 PFC = f"sparkctl-pfc{c.ROCE_PRIO}"
 
 
+def the_switch(cluster: Cluster) -> Switch:
+    """The cluster's switch: each renderer below is for a cluster that has one."""
+    if cluster.switch is None:
+        raise InputError(f"cluster {cluster.name} has no switch to configure",
+                         hint="add it to the inventory's switches group (sparkctl_switch_type, _mtu, _ports)")
+    return cluster.switch
+
+
 def switch_ports(cluster: Cluster) -> list[tuple[str, list[str]]]:
     """Switch ports in rank order, each with the nodes/halves cabled to it (both halves share one)."""
     seen: dict[str, list[str]] = {}
+    sw = the_switch(cluster)
     for node in cluster.nodes:
-        mapping = cluster.switch.ports.get(node.name, {})
+        mapping = sw.ports.get(node.name, {})
         for port in node.fabric_ports:
             name = mapping.get(str(port.netdev))
             if name is None:
@@ -44,7 +56,7 @@ def _ensure(match: str, props: str) -> str:
 
 
 def routeros(cluster: Cluster) -> str:
-    sw = cluster.switch
+    sw = the_switch(cluster)
     l2mtu = sw.l2mtu or sw.mtu
     ports = switch_ports(cluster)
     out = [
@@ -96,7 +108,7 @@ def routeros(cluster: Cluster) -> str:
 
 
 def nvue(cluster: Cluster) -> str:
-    sw = cluster.switch
+    sw = the_switch(cluster)
     out = [
         c.header(f"RoCE fabric of {cluster.name} on {sw.name} (Cumulus Linux, NVUE)"),
         "# Run line by line on the switch, or through nvidia.nvue; `nv config apply` commits.\n",
@@ -121,7 +133,7 @@ def nvue(cluster: Cluster) -> str:
 
 
 def linux(cluster: Cluster) -> str:
-    sw = cluster.switch
+    sw = the_switch(cluster)
     out = [
         "#!/bin/sh\n",
         c.header(f"fabric ports of {cluster.name} on the lab switch {sw.name}"),

@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Any
 from sparkctl.render import common, facts, host, kit, monitoring, rank, switch
 from sparkctl.render.common import secret_mark
 from sparkctl.render.facts import cluster_facts, node_facts
-from sparkctl.render.rank import rank_argv, rank_env
+from sparkctl.render.rank import RankLaunch, rank_argv, rank_env, rank_launch
 from sparkctl.render.switch import switch_config
 
 if TYPE_CHECKING:  # annotations only: render never imports the model at run time
     from sparkctl.model.cluster import Cluster, Node
 
 __all__ = [
+    "RankLaunch",
     "cluster_facts",
     "common",
     "facts",
@@ -32,6 +33,7 @@ __all__ = [
     "rank",
     "rank_argv",
     "rank_env",
+    "rank_launch",
     "secret_mark",
     "switch",
     "switch_config",
@@ -68,24 +70,9 @@ def node_files(cluster: Cluster, node: Node) -> tuple[dict[str, str], dict[str, 
 def node_entry(cluster: Cluster, node: Node) -> dict[str, Any]:
     """One node of the plan document."""
     files, modes = node_files(cluster, node)
-    launch: dict[str, Any] = {
-        "argv": rank_argv(cluster, node),
-        "env": rank_env(cluster, node),
-        "runtime": cluster.runtime.kind,
-        "unit": files[common.RANK_UNIT_FILE],
-        "unit_name": common.RANK_UNIT_NAME,
-        "command": rank.launch_command(cluster, node),
-        "env_file": common.RANK_ENV_FILE,
-        "stop_timeout_s": rank.stop_timeout_s(cluster, node),
-        "drain_s": rank.drain_s(cluster),
-    }
-    if cluster.runtime.kind == "container":
-        launch["container"] = rank.container_name(cluster, node)
-        launch["image"] = rank.run_image(cluster)
-        launch["kit_files"] = sorted(kit.rendered_files(cluster))
     return {
         **node_facts(cluster, node),
-        "rank_launch": launch,
+        "rank_launch": rank.rank_launch(cluster, node).as_json(),
         "nccl_check": rank.nccl_check(cluster, node),
         "files": files,
         "file_modes": modes,

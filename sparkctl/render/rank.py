@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from sparkctl.render import common as c
 from sparkctl.render import kit
 
 if TYPE_CHECKING:  # annotations only: render never imports the model at run time
-    from sparkctl.model.cluster import Cluster, Node
+    from sparkctl.model.cluster import Cluster, Node, RuntimeKind
 
 
 def places(cluster: Cluster) -> dict[str, str]:
@@ -379,3 +380,88 @@ def rank_secrets_text(cluster: Cluster, values: Mapping[str, str] | None = None)
         value = c.secret_mark(name) if values is None else values[name]
         lines.append(f"{c.RANK_SECRET_KEYS[name]}: {json.dumps(value)}\n")
     return "".join(lines)
+
+
+@dataclass(frozen=True)
+class RankLaunch:
+    """How one node's rank is launched: the ``rank_launch`` entry of `plan --json` (design.md), typed.
+
+    ``rank_launch`` builds it from the cluster; ``as_json`` is the entry the plan document, the vars
+    plugin and the spark_rank role read (key order and values as they always were); ``from_json``
+    reads an entry back (a plan document handed to the boot watch, the probe or the stop path).
+    """
+
+    argv: tuple[str, ...]  # SGLang's argv (what `plan` shows; a launcher kit builds the same values)
+    env: Mapping[str, str]  # the rank's environment (the env file's content)
+    runtime: RuntimeKind
+    unit: str  # the systemd unit text
+    command: tuple[str, ...]  # what the unit's ExecStart runs
+    stop_timeout_s: int
+    drain_s: int  # the profile's drain period after SIGTERM (rank 0)
+    unit_name: str = c.RANK_UNIT_NAME
+    env_file: str = c.RANK_ENV_FILE
+    # The container runtime only: the container's name, the image it runs, the rendered kit files.
+    container: str | None = None
+    image: str | None = None
+    kit_files: tuple[str, ...] = field(default=())
+
+    @property
+    def unit_file(self) -> str:
+        return f"/etc/systemd/system/{self.unit_name}"
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "argv": list(self.argv),
+            "env": dict(self.env),
+            "runtime": self.runtime,
+            "unit": self.unit,
+            "unit_name": self.unit_name,
+            "command": list(self.command),
+            "env_file": self.env_file,
+            "stop_timeout_s": self.stop_timeout_s,
+            "drain_s": self.drain_s,
+        }
+        if self.runtime == "container":
+            out["container"] = self.container
+            out["image"] = self.image
+            out["kit_files"] = list(self.kit_files)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RankLaunch:
+        """An entry read back; a key it lacks takes the value a rendered entry would have had."""
+        runtime = data.get("runtime", "container")
+        if runtime not in ("container", "venv", "lab"):
+            raise InputError(f"rank_launch.runtime: {runtime!r} is not container, venv or lab")
+        container, image = data.get("container"), data.get("image")
+        return cls(
+            argv=tuple(str(a) for a in data.get("argv") or ()),
+            env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
+            runtime=runtime,
+            unit=str(data.get("unit", "")),
+            command=tuple(str(a) for a in data.get("command") or ()),
+            stop_timeout_s=int(data.get("stop_timeout_s", 60)),
+            drain_s=int(data.get("drain_s", 60)),
+            unit_name=str(data.get("unit_name") or c.RANK_UNIT_NAME),
+            env_file=str(data.get("env_file") or c.RANK_ENV_FILE),
+            container=None if container is None else str(container),
+            image=None if image is None else str(image),
+            kit_files=tuple(str(f) for f in data.get("kit_files") or ()),
+        )
+
+
+def rank_launch(cluster: Cluster, node: Node) -> RankLaunch:
+    """Everything about launching this node's rank, in one record."""
+    container = cluster.runtime.kind == "container"
+    return RankLaunch(
+        argv=tuple(rank_argv(cluster, node)),
+        env=rank_env(cluster, node),
+        runtime=cluster.runtime.kind,
+        unit=rank_unit(cluster, node),
+        command=tuple(launch_command(cluster, node)),
+        stop_timeout_s=stop_timeout_s(cluster, node),
+        drain_s=drain_s(cluster),
+        container=container_name(cluster, node) if container else None,
+        image=run_image(cluster) if container else None,
+        kit_files=tuple(sorted(kit.rendered_files(cluster))) if container else (),
+    )

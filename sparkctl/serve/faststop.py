@@ -78,10 +78,9 @@ def scripts(doc: Mapping[str, Any], grace_s: int | None = None) -> dict[str, str
     period (``rank_launch.drain_s``) unless ``grace_s`` overrides it; rank 0's sends SIGTERM."""
     out = {}
     for entry in doc["nodes"]:
-        rl = probe.launch(entry)
-        grace = grace_s if grace_s is not None else int(rl.get("drain_s", 60))
-        out[str(entry["name"])] = stop_script(str(rl.get("unit_name", "sparkctl-rank.service")),
-                                              rl.get("container"), grace, head=int(entry["rank"]) == 0)
+        rl = probe.rank_launch(entry)
+        grace = grace_s if grace_s is not None else rl.drain_s
+        out[str(entry["name"])] = stop_script(rl.unit_name, rl.container, grace, head=int(entry["rank"]) == 0)
     return out
 
 
@@ -90,7 +89,7 @@ def stop(doc: Mapping[str, Any], fleet: FleetLike, grace_s: int | None = None) -
     node did (``inactive``: nothing ran, else ``stopped ...``). Raises SparkctlError naming every node
     that did not answer or whose stop failed (details ``node: why``)."""
     texts = scripts(doc, grace_s)
-    longest = max((int(probe.launch(e).get("drain_s", 60)) for e in doc["nodes"]), default=60)
+    longest = max((probe.rank_launch(e).drain_s for e in doc["nodes"]), default=60)
     timeout = (grace_s if grace_s is not None else longest) + STOP_WAIT_S + 30
     results = fleet.run(texts, timeout=timeout, only=list(texts))
     done: dict[str, str] = {}

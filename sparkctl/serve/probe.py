@@ -9,11 +9,14 @@ import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sparkctl.render.monitoring import LAB_NVML_MODULE, LAB_SIM_PATH
-from sparkctl.render.rank import rank_secret_names, rank_secrets_text
+from sparkctl.render.rank import RankLaunch, rank_secret_names, rank_secrets_text
 from sparkctl.ssh.fleet import HostResult, Target
+
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster
 
 NODESIDE = Path(__file__).resolve().parent.parent / "nodeside"
 # The probe and the readers it imports, dependencies first (each module's relative imports resolve
@@ -66,18 +69,23 @@ def probe_script(params: Mapping[str, Any]) -> str:
 
 
 def launch(entry: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The node entry's ``rank_launch`` as raw data (prefer :func:`rank_launch`, the typed record)."""
     return entry.get("rank_launch") or {}
 
 
+def rank_launch(entry: Mapping[str, Any]) -> RankLaunch:
+    """The node entry's rank launch, read back into the record render built it from."""
+    return RankLaunch.from_json(launch(entry))
+
+
 def unit_name(doc: Mapping[str, Any]) -> str:
-    return str(launch(doc["nodes"][0]).get("unit_name", "sparkctl-rank.service"))
+    return rank_launch(doc["nodes"][0]).unit_name
 
 
-def probe_params(cluster: Any, entry: Mapping[str, Any], mode: str) -> dict[str, Any]:
+def probe_params(cluster: Cluster, entry: Mapping[str, Any], mode: str) -> dict[str, Any]:
     """What the probe needs to know about one node (all from the plan document and the model)."""
-    rl = launch(entry)
-    name = str(rl.get("unit_name", "sparkctl-rank.service"))
-    params: dict[str, Any] = {"mode": mode, "unit": name}
+    rl = rank_launch(entry)
+    params: dict[str, Any] = {"mode": mode, "unit": rl.unit_name}
     if mode == "watch":
         params["health_port"] = cluster.ports.api
         return params
@@ -86,7 +94,7 @@ def probe_params(cluster: Any, entry: Mapping[str, Any], mode: str) -> dict[str,
     params.update(nvml_params(cluster))
     if mode == "thermals":
         return params
-    unit_file = f"/etc/systemd/system/{name}"
+    unit_file = rl.unit_file
     params.update(
         unit_file=unit_file,
         hash_files=[unit_file, *rank_files(entry)],
@@ -98,7 +106,7 @@ def probe_params(cluster: Any, entry: Mapping[str, Any], mode: str) -> dict[str,
     if _needs_shards(cluster):
         params["engram_dir"] = str(cluster.paths.engram_dir)
     if mode == "preflight":
-        argv = list(rl.get("argv") or [])
+        argv = rl.argv
         params.update(
             model_dir=str(cluster.paths.model_dir),
             runtime=cluster.runtime.kind,
@@ -111,7 +119,7 @@ def probe_params(cluster: Any, entry: Mapping[str, Any], mode: str) -> dict[str,
     return params
 
 
-def nvml_params(cluster: Any) -> dict[str, Any]:
+def nvml_params(cluster: Cluster) -> dict[str, Any]:
     """Where the probe reads the GPU: pynvml (else nvidia-smi), or on the lab the simulator's NVML
     stand-in, loaded as the node exporter loads it."""
     if cluster.profile.simulator is None:
@@ -121,10 +129,8 @@ def nvml_params(cluster: Any) -> dict[str, Any]:
 
 def rank_files(entry: Mapping[str, Any]) -> list[str]:
     """The rank's files besides the unit: its environment file and its secrets config(s)."""
-    rl = launch(entry)
-    argv = list(rl.get("argv") or [])
-    files = [str(rl["env_file"])] if rl.get("env_file") else []
-    return files + [f for f in entry.get("secret_files", []) if f in argv]
+    rl = rank_launch(entry)
+    return [rl.env_file] + [f for f in entry.get("secret_files", []) if f in rl.argv]
 
 
 # The key of the probe's file digests (HMAC-SHA256): made up per sparkctl process, never written,
@@ -132,11 +138,11 @@ def rank_files(entry: Mapping[str, Any]) -> list[str]:
 HASH_KEY = secrets.token_hex(32)
 
 
-def expected_hashes(cluster: Any, entry: Mapping[str, Any]) -> dict[str, str]:
+def expected_hashes(cluster: Cluster, entry: Mapping[str, Any]) -> dict[str, str]:
     """Keyed digests (HASH_KEY) of what the rank role writes (secrets substituted here, only to
     digest them), comparable with the probe's ``file_digest``."""
-    rl = launch(entry)
-    texts = {f"/etc/systemd/system/{rl.get('unit_name', 'sparkctl-rank.service')}": str(rl.get("unit", ""))}
+    rl = rank_launch(entry)
+    texts = {rl.unit_file: rl.unit}
     for path in rank_files(entry):
         text = str(entry.get("files", {}).get(path, ""))
         if path in entry.get("secret_files", []):
@@ -148,7 +154,7 @@ def expected_hashes(cluster: Any, entry: Mapping[str, Any]) -> dict[str, str]:
     return {path: hmac.new(key, text.encode(), hashlib.sha256).hexdigest() for path, text in texts.items()}
 
 
-def _needs_shards(cluster: Any) -> bool:
+def _needs_shards(cluster: Cluster) -> bool:
     """A profile whose ranks read packed Engram shards (DSV41_PACKED_DIR) needs them staged."""
     return "DSV41_PACKED_DIR" in (cluster.profile.env or {})
 
@@ -185,7 +191,7 @@ class NodeFacts:
                 **self.data}
 
 
-def collect(cluster: Any, doc: Mapping[str, Any], fleet: FleetLike, mode: str,
+def collect(cluster: Cluster, doc: Mapping[str, Any], fleet: FleetLike, mode: str,
             timeout: float = 15.0, only: Iterable[str] | None = None,
             extra: Mapping[str, Any] | None = None) -> dict[str, NodeFacts]:
     """Run the probe in ``mode`` on every node (or ``only`` some) at once; parse what came back."""

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ class Plan:
         return cmd
 
 
-def _plan(cluster: Any, **kw: Any) -> Plan:
+def _plan(cluster: Cluster, **kw: Any) -> Plan:
     """A plan on this cluster's inventory, with the names of the environment variables its secrets
     are read from (never their values)."""
     secret_env = tuple(sorted({ref.env for ref in cluster.secrets.values() if ref.env}))
@@ -53,7 +56,7 @@ STAGE_WHAT = ("kit", "image", "weights", "engram", "all")
 
 
 def for_stage(
-    cluster: Any,
+    cluster: Cluster,
     what: str = "all",
     verify_only: bool = False,
     force: bool = False,
@@ -89,7 +92,7 @@ def for_stage(
 PROVISION_TAGS = ("preflight", "switch", "base", "fabric", "qos", "runtime", "exporter", "firewall")
 
 
-def _limit(cluster: Any, limit: str | None) -> str | None:
+def _limit(cluster: Cluster, limit: str | None) -> str | None:
     """Check a --limit of host names (comma-separated) against the inventory; InputError otherwise."""
     if not limit:
         return None
@@ -119,7 +122,7 @@ def _tags(tags: tuple[str, ...] | list[str]) -> tuple[str, ...]:
 
 
 def for_provision(
-    cluster: Any,
+    cluster: Cluster,
     *,
     check: bool = False,
     diff: bool = False,
@@ -140,7 +143,7 @@ def for_provision(
     )
 
 
-def for_check_fabric(cluster: Any) -> Plan:
+def for_check_fabric(cluster: Cluster) -> Plan:
     """playbooks/check_fabric.yml: read-only probes of every fabric port and pair."""
     return _plan(cluster, playbook="check_fabric.yml")
 
@@ -148,13 +151,13 @@ def for_check_fabric(cluster: Any) -> Plan:
 # --- up / down (playbooks/up.yml, playbooks/down.yml) ----------------------------------------------
 
 
-def for_up(cluster: Any, install_only: bool = False) -> Plan:
+def for_up(cluster: Cluster, install_only: bool = False) -> Plan:
     """playbooks/up.yml: install the rank units (files only), then start ranks 1..n and rank 0 last."""
     extravars: dict[str, Any] = {"spark_rank_install_only": True} if install_only else {}
     return _plan(cluster, playbook="up.yml", extravars=extravars)
 
 
-def for_down(cluster: Any, grace_s: int | None = None) -> Plan:
+def for_down(cluster: Cluster, grace_s: int | None = None) -> Plan:
     """playbooks/down.yml: SIGTERM rank 0, wait ``grace_s``, force the rest, every unit inactive."""
     extravars: dict[str, Any] = {"spark_rank_grace_s": int(grace_s)} if grace_s is not None else {}
     return _plan(cluster, playbook="down.yml", extravars=extravars)
@@ -163,12 +166,12 @@ def for_down(cluster: Any, grace_s: int | None = None) -> Plan:
 # --- preflight and the switch on their own (playbooks/preflight.yml, playbooks/switch.yml) ----------
 
 
-def for_preflight(cluster: Any, limit: str | None = None) -> Plan:
+def for_preflight(cluster: Cluster, limit: str | None = None) -> Plan:
     """playbooks/preflight.yml: read-only inventory asserts, reachability and the identity of every node."""
     return _plan(cluster, playbook="preflight.yml", limit=_limit(cluster, limit))
 
 
-def for_switch(cluster: Any, *, check: bool = False, diff: bool = False, rollback: bool = False) -> Plan:
+def for_switch(cluster: Cluster, *, check: bool = False, diff: bool = False, rollback: bool = False) -> Plan:
     """playbooks/switch.yml: preflight, then the RoCE switch (``check`` + ``diff``: what would change;
     ``rollback``: restore the newest backup the role saved instead of applying)."""
     extravars: dict[str, Any] = {"spark_switch_rollback": True} if rollback else {}
@@ -179,7 +182,7 @@ def for_switch(cluster: Any, *, check: bool = False, diff: bool = False, rollbac
 # --- lifecycle: upgrade, reset (playbooks/upgrade.yml, playbooks/reset.yml) -------------------------
 
 
-def for_upgrade(cluster: Any, *, check: bool = False) -> Plan:
+def for_upgrade(cluster: Cluster, *, check: bool = False) -> Plan:
     """playbooks/upgrade.yml: the group down, then one node at a time as ``sparkctl_upgrade`` pins it
     (serial 1; the first failing node stops the run), then the identity preflight across all nodes.
     The pins are read from the inventory by the role, so a manual run applies the same ones."""
@@ -194,7 +197,7 @@ def for_upgrade(cluster: Any, *, check: bool = False) -> Plan:
     return _plan(cluster, playbook="upgrade.yml", check=check, diff=check)
 
 
-def for_reset(cluster: Any, *, purge_data: bool = False, check: bool = False) -> Plan:
+def for_reset(cluster: Cluster, *, purge_data: bool = False, check: bool = False) -> Plan:
     """playbooks/reset.yml: take back everything sparkctl put on the nodes; the NVMe data stays
     unless ``purge_data``."""
     return _plan(cluster, playbook="reset.yml", check=check,

@@ -45,6 +45,8 @@ from sparkctl.qa.workload import Workload, load_builtin, resolve
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
+    from sparkctl.model import Cluster
+
 WARMUP_TOKENS = 64
 STANDARD_WARMUPS = 3  # R4/community runner: the first three prompts at C1, 64 tokens each
 TIMEOUT_S = 900.0
@@ -444,6 +446,6 @@ def write_report(report: BenchReport, results_dir: Path) -> Path:
     return path
 
 
-def bench_cluster(cluster: Any, workloads: Sequence[str] = ("both",), **kwargs: Any) -> BenchReport:
+def bench_cluster(cluster: Cluster, workloads: Sequence[str] = ("both",), **kwargs: Any) -> BenchReport:
     """``run_bench`` against an inventory's rank 0."""
     return run_bench(for_cluster(cluster), resolve(list(workloads)), profile=cluster.profile.name, **kwargs)

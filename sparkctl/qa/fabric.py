@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # The NCCL all-reduce verdict (thresholds included) lives with the script that measures it.
 from sparkctl.qa.nccl_allreduce import verdict as nccl_verdict
+
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster
 
 # Link speed a ConnectX-7 200G port should report per PCIe half on a Spark (ethtool, Mb/s).
 EXPECTED_SPEED_MBPS = 200_000
@@ -73,7 +76,7 @@ class Verdict:
         }
 
 
-def _switch_port(cluster: Any, node: str, netdev: str) -> str | None:
+def _switch_port(cluster: Cluster, node: str, netdev: str) -> str | None:
     sw = cluster.switch
     if sw is None:
         return None
@@ -81,13 +84,13 @@ def _switch_port(cluster: Any, node: str, netdev: str) -> str | None:
     return port
 
 
-def _where(cluster: Any, node: str, netdev: str) -> str:
+def _where(cluster: Cluster, node: str, netdev: str) -> str:
     sp = _switch_port(cluster, node, netdev)
     return f"{node} {netdev}" + (f" (switch port {sp})" if sp else "")
 
 
 def judge(
-    cluster: Any,
+    cluster: Cluster,
     probes: dict[str, dict[str, Any]],
     switch_mtus: dict[str, int | None] | None = None,
     unreachable: dict[str, str] | None = None,
@@ -100,8 +103,8 @@ def judge(
     """
     v = Verdict()
     mtu = int(cluster.fabric.mtu)
-    for node, why in sorted((unreachable or {}).items()):
-        v.problems.append(f"{node}: not reachable, fabric not checked ({why})")
+    for name, why in sorted((unreachable or {}).items()):
+        v.problems.append(f"{name}: not reachable, fabric not checked ({why})")
 
     any_rdma = any(bool(p.get("rdma")) for p in probes.values())
     # --- ports ----------------------------------------------------------------------------------
@@ -156,17 +159,20 @@ def judge(
     # --- switch port MTUs (Linux switch) ---------------------------------------------------------
     if switch_mtus:
         owners: dict[str, list[str]] = {}
-        if cluster.switch is not None:
-            for node_name, mapping in cluster.switch.ports.items():
+        sw = cluster.switch
+        if sw is not None:
+            for node_name, mapping in sw.ports.items():
                 for netdev, sp in mapping.items():
                     owners.setdefault(sp, []).append(f"{node_name} {netdev}")
+        # The switch's own MTU (above the host's); a switchless site reports the host MTU.
+        want = sw.mtu if sw is not None else mtu
         for sp, value in sorted(switch_mtus.items()):
             if value is None:
                 v.problems.append(f"switch port {sp}: not found on the switch")
             elif value < mtu:
                 v.problems.append(
                     f"switch port {sp} ({', '.join(owners.get(sp, ['?']))}): MTU {value} is below the host "
-                    f"MTU {mtu} — jumbo frames are dropped there (set it to {cluster.switch.mtu}: "
+                    f"MTU {mtu} — jumbo frames are dropped there (set it to {want}: "
                     "`sparkctl provision --tags switch`)"
                 )
 
@@ -277,7 +283,7 @@ def judge(
     return v
 
 
-def _judge_rdma(cluster: Any, v: Verdict, rdma: dict[str, dict[str, Any]]) -> None:
+def _judge_rdma(cluster: Cluster, v: Verdict, rdma: dict[str, dict[str, Any]]) -> None:
     # ib_write_bw, per pair and half
     pairs = 0
     for node, m in sorted(rdma.items()):

@@ -31,7 +31,10 @@ import types
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster
 
 SGLANG_VERSION = "0.5.23"
 STUBBED = ("torch", "triton", "torchvision", "tvm_ffi", "compressed_tensors")
@@ -278,7 +281,7 @@ def check_argv(argv: Sequence[str], timeout_s: float = CHECK_TIMEOUT_S) -> list[
     return [str(e) for e in result.get("errors", [])]
 
 
-def check_cluster(cluster: Any) -> list[str]:
+def check_cluster(cluster: Cluster) -> list[str]:
     """Every node's rendered argv through SGLang's parser, in parallel; messages name the nodes."""
     # sparkctl imports stay inside the functions the controller calls: this file also runs as a
     # plain script under SGLang's interpreter (``check_argv``), where sparkctl is not importable.
@@ -295,7 +298,7 @@ def check_cluster(cluster: Any) -> list[str]:
     return [f"{', '.join(names)}: {message}" for message, names in by_message.items()]
 
 
-def ensure_accepted(cluster: Any) -> None:
+def ensure_accepted(cluster: Cluster) -> None:
     """Raise InputError (exit 2) quoting SGLang when it rejects a rendered argv."""
     from sparkctl.errors import InputError  # inside: see check_cluster
 
@@ -308,7 +311,7 @@ def ensure_accepted(cluster: Any) -> None:
         )
 
 
-def ensure_accepted_if_available(cluster: Any) -> bool:
+def ensure_accepted_if_available(cluster: Cluster) -> bool:
     """`validate`'s hook: run the check when the extra is installed; True when it ran (and passed)."""
     if os.environ.get("SPARKCTL_SKIP_SGLANG_CHECK") == "1" or not available():
         return False

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
@@ -17,6 +17,9 @@ from sparkctl.render import kit
 from sparkctl.render.rank import api_url, served_model_name
 from sparkctl.serve.http import HttpAnswer, auth_headers, get, http_reason
 from sparkctl.serve.probe import FleetLike, NodeFacts, collect, launch, unit_name
+
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster
 
 GIB = 1024**3
 SAMPLE_INTERVAL_S = 2.0   # memory guard and unit states, every node
@@ -77,7 +80,7 @@ class BootState:
     done: bool = False
 
 
-def expected_server_info(cluster: Any, head_entry: Mapping[str, Any]) -> dict[str, str]:
+def expected_server_info(cluster: Cluster, head_entry: Mapping[str, Any]) -> dict[str, str]:
     """field -> rendered value, for the profile's server_info_fields, read from rank 0's argv."""
     argv = list(launch(head_entry).get("argv") or [])
     out: dict[str, str] = {}
@@ -115,7 +118,7 @@ class BootWatch:
 
     def __init__(
         self,
-        cluster: Any,
+        cluster: Cluster,
         doc: Mapping[str, Any],
         fleet: FleetLike,
         http: httpx.Client,

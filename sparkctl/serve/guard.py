@@ -15,10 +15,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkctl.serve.periodic import Periodic
 from sparkctl.serve.probe import FleetLike, collect, launch, unit_name
+
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster
 
 GIB = 1024**3
 # R4's validation receipt: the lowest MemAvailable any node showed across its published run.
@@ -41,7 +44,7 @@ class Breach:
 class MemoryGuard(Periodic):
     """Start with ``start()``, stop with ``stop()`` (or use it as a context manager)."""
 
-    cluster: Any
+    cluster: Cluster
     doc: Mapping[str, Any]
     fleet: FleetLike
     on_breach: Callable[[Breach], None] | None = None

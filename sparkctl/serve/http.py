@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from sparkctl.render.rank import api_url
+
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster
 
 # --- HTTP checks of the ranks -------------------------------------------------------------------
 
@@ -69,7 +72,7 @@ class HeadFacts:
                 "models": {"code": self.models.code, "error": self.models.error, "served": self.served}}
 
 
-def head_checks(cluster: Any, http: httpx.Client, api_key: str | None, timeout: float) -> HeadFacts:
+def head_checks(cluster: Cluster, http: httpx.Client, api_key: str | None, timeout: float) -> HeadFacts:
     url = api_url(cluster)
     return HeadFacts(
         url,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkctl.serve.probe import FleetLike, NodeFacts, collect
+
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster
 
 GIB = 1024**3
 
@@ -23,7 +26,7 @@ class Check:
     skipped: bool = False
 
 
-def preflight_checks(cluster: Any, facts: Mapping[str, NodeFacts], force: bool = False) -> list[Check]:
+def preflight_checks(cluster: Cluster, facts: Mapping[str, NodeFacts], force: bool = False) -> list[Check]:
     """Judge the preflight probe of every node; cross-node checks last. Pure (tested on fixtures)."""
     checks: list[Check] = []
     floor = float(cluster.profile.memory.floor_gib) * GIB
@@ -103,7 +106,7 @@ def preflight_checks(cluster: Any, facts: Mapping[str, NodeFacts], force: bool =
     return checks
 
 
-def preflight(cluster: Any, doc: Mapping[str, Any], fleet: FleetLike, force: bool = False,
+def preflight(cluster: Cluster, doc: Mapping[str, Any], fleet: FleetLike, force: bool = False,
               timeout: float = 60.0) -> tuple[list[Check], dict[str, NodeFacts]]:
     facts = collect(cluster, doc, fleet, "preflight", timeout=timeout)
     return preflight_checks(cluster, facts, force), facts

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from sparkctl.serve import thermals
 from sparkctl.serve.verdict import DEGRADED, DOWN, READY, Snapshot
+
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster
 
 VERDICTS = (READY, DEGRADED, DOWN)
 HOT_LEVEL = {None: 0, thermals.WARN: 1, thermals.CRIT: 2}
@@ -29,7 +32,7 @@ HOT_LEVEL = {None: 0, thermals.WARN: 1, thermals.CRIT: 2}
 class StatusCollector:
     """Yields one snapshot's metrics (the snapshot is taken before; collecting reads nothing)."""
 
-    def __init__(self, cluster: Any, snap: Snapshot) -> None:
+    def __init__(self, cluster: Cluster, snap: Snapshot) -> None:
         self.cluster = cluster
         self.snap = snap
 
@@ -152,18 +155,18 @@ def _one(name: str, doc: str, cluster: str, value: float | bool) -> GaugeMetricF
     return g
 
 
-def registry(cluster: Any, snap: Snapshot) -> CollectorRegistry:
+def registry(cluster: Cluster, snap: Snapshot) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(StatusCollector(cluster, snap))
     return reg
 
 
-def exposition(cluster: Any, snap: Snapshot) -> str:
+def exposition(cluster: Cluster, snap: Snapshot) -> str:
     """The text exposition format (what a textfile collector reads)."""
     text: str = generate_latest(registry(cluster, snap)).decode()
     return text
 
 
-def write_textfile(path: Path, cluster: Any, snap: Snapshot) -> None:
+def write_textfile(path: Path, cluster: Cluster, snap: Snapshot) -> None:
     """Write the exposition to ``path`` atomically (a temporary file renamed over it)."""
     write_to_textfile(str(path), registry(cluster, snap))

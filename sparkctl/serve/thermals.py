@@ -17,12 +17,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkctl.render import plan_document
 from sparkctl.serve.periodic import Periodic
 from sparkctl.serve.probe import FleetLike, NodeFacts, collect
 from sparkctl.ssh.fleet import Fleet, targets_for
+
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster
 
 TEMPERATURE, THROTTLE = "temperature", "throttle"
 WARN, CRIT = "warn", "crit"
@@ -95,7 +98,7 @@ def check_device(limits: Any, node: str, rank: int, dev: Mapping[str, Any]) -> l
     return out
 
 
-def warnings(cluster: Any, nodes: Mapping[str, NodeFacts]) -> list[ThermalWarning]:
+def warnings(cluster: Cluster, nodes: Mapping[str, NodeFacts]) -> list[ThermalWarning]:
     """Every hot or throttled GPU in one probe round (status mode, or the thermals mode), by rank."""
     limits = cluster.profile.thermals
     out: list[ThermalWarning] = []
@@ -181,7 +184,7 @@ class ThermalSampler(Periodic):
     problem is recorded, never raised: it must not fail the run it watches.
     """
 
-    cluster: Any
+    cluster: Cluster
     doc: Mapping[str, Any]
     fleet: FleetLike
     interval: float = 5.0
@@ -256,7 +259,7 @@ def summary_line(summary: Mapping[str, Any]) -> str | None:
 
 
 @contextlib.contextmanager
-def sampling(cluster: Any, interval: float = 5.0) -> Iterator[ThermalSampler]:
+def sampling(cluster: Cluster, interval: float = 5.0) -> Iterator[ThermalSampler]:
     """A ThermalSampler on its own SSH connections, for as long as the block runs."""
     fleet = Fleet(targets_for(cluster))
     sampler = ThermalSampler(cluster, plan_document(cluster), fleet, interval=interval)

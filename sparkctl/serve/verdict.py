@@ -10,13 +10,16 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from sparkctl.serve import thermals
 from sparkctl.serve.http import HeadFacts, head_checks
 from sparkctl.serve.probe import FleetLike, NodeFacts, collect
+
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster
 
 GIB = 1024**3
 
@@ -47,7 +50,8 @@ class Snapshot:
         }
 
 
-def verdict(cluster: Any, nodes: Mapping[str, NodeFacts], head: HeadFacts | None) -> tuple[str, list[str]]:
+def verdict(cluster: Cluster, nodes: Mapping[str, NodeFacts],
+            head: HeadFacts | None) -> tuple[str, list[str]]:
     """ready: every rank active and rank 0 answering /health, /ready and /v1/models; down: no rank
     active; degraded otherwise. Reasons say what is wrong, one line each."""
     reasons: list[str] = []
@@ -95,7 +99,7 @@ def verdict(cluster: Any, nodes: Mapping[str, NodeFacts], head: HeadFacts | None
     return READY, []
 
 
-def snapshot(cluster: Any, doc: Mapping[str, Any], fleet: FleetLike, http: httpx.Client,
+def snapshot(cluster: Cluster, doc: Mapping[str, Any], fleet: FleetLike, http: httpx.Client,
              api_key: str | None, timeout: float = 5.0) -> Snapshot:
     """Probe every node and rank 0's API concurrently; judge."""
     start = time.monotonic()

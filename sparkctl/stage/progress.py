@@ -12,7 +12,7 @@ import shlex
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import (
@@ -27,6 +27,9 @@ from rich.progress import (
 
 from sparkctl.ansible import runner
 from sparkctl.ssh import fleet as remote
+
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster
 
 PROGRESS_FILE = "stage-progress.json"
 
@@ -47,7 +50,7 @@ def parse(text: str | None, since: float) -> dict[str, Any] | None:
     return doc
 
 
-def fleet_reader(cluster: Any) -> tuple[Reader, Callable[[], None]]:
+def fleet_reader(cluster: Cluster) -> tuple[Reader, Callable[[], None]]:
     """A reader over SSH for every node of ``cluster``, and the function that closes it."""
     fleet = remote.Fleet(remote.targets_for(cluster))
     path = f"{cluster.paths.run_dir}/{PROGRESS_FILE}"

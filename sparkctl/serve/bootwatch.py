@@ -16,7 +16,7 @@ from sparkctl.model.redaction import strip_secrets
 from sparkctl.render import kit
 from sparkctl.render.rank import api_url, served_model_name
 from sparkctl.serve.http import HttpAnswer, auth_headers, get, http_reason
-from sparkctl.serve.probe import FleetLike, NodeFacts, collect, launch, unit_name
+from sparkctl.serve.probe import FleetLike, NodeFacts, collect, rank_launch, unit_name
 
 if TYPE_CHECKING:
     from sparkctl.model import Cluster
@@ -82,7 +82,7 @@ class BootState:
 
 def expected_server_info(cluster: Cluster, head_entry: Mapping[str, Any]) -> dict[str, str]:
     """field -> rendered value, for the profile's server_info_fields, read from rank 0's argv."""
-    argv = list(launch(head_entry).get("argv") or [])
+    argv = rank_launch(head_entry).argv
     out: dict[str, str] = {}
     for name in cluster.profile.gates.server_info_fields:
         flag = "--" + name.replace("_", "-")

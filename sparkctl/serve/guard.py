@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkctl.serve.periodic import Periodic
-from sparkctl.serve.probe import FleetLike, collect, launch, unit_name
+from sparkctl.serve.probe import FleetLike, collect, rank_launch, unit_name
 
 if TYPE_CHECKING:
     from sparkctl.model import Cluster
@@ -108,7 +108,7 @@ def abort_ranks(doc: Mapping[str, Any], fleet: FleetLike) -> None:
     unit = unit_name(doc)
     scripts = {}
     for entry in doc["nodes"]:
-        container = launch(entry).get("container")
+        container = rank_launch(entry).container
         kill = f"docker kill {container} >/dev/null 2>&1; " if container else ""
         scripts[entry["name"]] = f"{kill}systemctl kill --signal=SIGKILL {unit} 2>/dev/null; true\n"
     fleet.run(scripts, timeout=15)

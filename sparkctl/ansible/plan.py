@@ -188,7 +188,7 @@ def for_upgrade(cluster: Cluster, *, check: bool = False) -> Plan:
     The pins are read from the inventory by the role, so a manual run applies the same ones."""
     from sparkctl.errors import InputError
 
-    if getattr(cluster, "upgrade", None) is None:
+    if cluster.upgrade is None:
         raise InputError(
             "upgrade: the inventory pins no upgrade (sparkctl_upgrade is not set); nothing was touched",
             hint="add sparkctl_upgrade (packages with exact versions, debs, commands, reboot) to "

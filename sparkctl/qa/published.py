@@ -21,7 +21,10 @@ Sources (quoted, not derived):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sparkctl.profiles import Profile
 
 # The built-in bench workloads (sparkctl/qa/workloads/<name>.json); their names are also their kinds.
 WORKLOADS = ("coding", "prose")
@@ -188,32 +191,25 @@ def sources_used(figures: list[Figure]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------ profile's own section
-def bench_figures(profile: Any) -> dict[str, dict[int, float]]:
+def bench_figures(profile: Profile) -> dict[str, dict[int, float]]:
     """A profile's own ``published:`` ladder ({workload: {concurrency: tok/s}}); empty when none."""
-    published = getattr(profile, "published", None)
+    published = profile.published
     if published is None:
         return {}
-    figures = {
-        name: {int(c): float(v) for c, v in (getattr(published, name, None) or {}).items()}
-        for name in WORKLOADS
-    }
-    return {name: points for name, points in figures.items() if points}
+    figures = {"coding": dict(published.coding), "prose": dict(published.prose)}
+    return {name: points for name, points in figures.items() if name in WORKLOADS and points}
 
 
-def source(profile: Any) -> str | None:
-    published = getattr(profile, "published", None)
+def source(profile: Profile) -> str | None:
+    published = profile.published
     if published is None:
         return None
-    return (
-        f"{published.source} ({published.date})"
-        if getattr(published, "date", None)
-        else str(published.source)
-    )
+    return f"{published.source} ({published.date})" if published.date else published.source
 
 
-def needle_points(profile: Any) -> list[int]:
+def needle_points(profile: Profile) -> list[int]:
     """Published needle rungs (input tokens), smallest first; empty when the profile has none."""
-    published = getattr(profile, "published", None)
+    published = profile.published
     if published is None:
         return []
     return sorted({int(n.tokens) for n in published.needle})

@@ -41,11 +41,27 @@ if TYPE_CHECKING:
     import fabric
 
 __all__ = [
-    "CONNECT_TIMEOUT_S", "Fleet", "HostResult", "Sections", "Target", "known_hosts_from_args",
-    "parse_sections", "run_all", "ssh_options_from_args", "targets_for",
+    "AUTH_TIMEOUT_S", "BANNER_TIMEOUT_S", "CONNECT_TIMEOUT_S", "Fleet", "HostResult", "Sections",
+    "Target", "known_hosts_from_args", "parse_sections", "run_all", "ssh_options_from_args", "targets_for",
 ]
 
+# The TCP connect: a node's kernel answers a SYN whatever its load, so a node that does not within
+# 3 s is not there (powered off, cable cut), and `status` says so without waiting longer.
 CONNECT_TIMEOUT_S = 3.0
+# Past the TCP connect, sshd forks and sends its banner, then key exchange and login: on a loaded
+# node (the lab's four nodes share the controller's cores; a Spark compiling or swapping) each takes
+# its turn for CPU. 3 s, the connect timeout, was once used for these too, and a node at load ~12
+# timed out in the banner exchange although it answered a few seconds later.
+BANNER_TIMEOUT_S = 20.0
+AUTH_TIMEOUT_S = 20.0
+# A connection sshd dropped before or during its banner (MaxStartups on a busy node, a reset), or a
+# banner that did not come in time, is tried again after a pause that doubles, while the attempts
+# stay within CONNECT_BUDGET_S. Refused connections, TCP timeouts, host-key and login failures are
+# answers, not load: they are never retried.
+CONNECT_ATTEMPTS = 4
+CONNECT_BACKOFF_S = 0.5
+CONNECT_BUDGET_S = 30.0
+_sleep = time.sleep  # the pause between attempts (tests record it)
 # ssh's own defaults, for a node or jump host whose inventory and ssh_config name no known_hosts
 DEFAULT_KNOWN_HOSTS = (
     Path("~/.ssh/known_hosts"), Path("~/.ssh/known_hosts2"), Path("/etc/ssh/ssh_known_hosts"),
@@ -74,6 +90,30 @@ class HostResult:
 
 class _Unreachable(Exception):
     """A connection (to the node or to a jump host on the way) could not be opened; says why."""
+
+
+class _Transient(_Unreachable):
+    """A failure a busy sshd causes (no banner in time, the connection dropped during the
+    handshake): worth another attempt."""
+
+
+def _transient(exc: BaseException) -> bool:
+    """True for what a loaded sshd does to a connection it accepted: the banner did not come in
+    time, or it closed or reset the connection before login (sshd's MaxStartups, a slow fork).
+    Never for a refused connection or a TCP timeout (the node is not there), a host key that does
+    not match or a refused login (answers that another attempt would only repeat)."""
+    import paramiko
+
+    if isinstance(exc, paramiko.BadHostKeyException | paramiko.ChannelException):
+        return False
+    if isinstance(exc, paramiko.AuthenticationException):
+        return "timeout" in str(exc).lower()  # "Authentication timeout." — no answer, not a refusal
+    if isinstance(exc, EOFError | ConnectionResetError | BrokenPipeError | ConnectionAbortedError):
+        return True
+    if isinstance(exc, paramiko.SSHException):
+        text = str(exc).lower()
+        return any(s in text for s in ("banner", "eof", "reset", "closed"))
+    return False
 
 
 class _Script(io.StringIO):
@@ -110,6 +150,8 @@ def _reason(exc: BaseException, conn: fabric.Connection, known: str, hop: bool =
         return f"connection refused by {where}"
     if isinstance(exc, TimeoutError | socket.timeout):
         return f"timed out connecting to {where}"
+    if isinstance(exc, paramiko.SSHException) and "banner" in text.lower():
+        return f"{where} accepted the connection but its SSH banner did not come ({text.strip()})"
     if isinstance(exc, paramiko.ChannelException):
         return f"the jump host could not open a connection to {where}: {exc.text or exc}"
     if isinstance(exc, OSError) and exc.errno is not None:
@@ -151,9 +193,12 @@ class Fleet:
     (what ``ThreadingGroup`` does inside), kept alive between calls.
     """
 
-    def __init__(self, targets: Iterable[Target], connect_timeout: float = CONNECT_TIMEOUT_S):
+    def __init__(self, targets: Iterable[Target], connect_timeout: float = CONNECT_TIMEOUT_S,
+                 banner_timeout: float = BANNER_TIMEOUT_S, auth_timeout: float = AUTH_TIMEOUT_S):
         self.targets = {t.name: t for t in targets}
         self.connect_timeout = connect_timeout
+        self.banner_timeout = banner_timeout
+        self.auth_timeout = auth_timeout
         self._conns: dict[str, fabric.Connection] = {}
         self._configs: dict[tuple[Path, ...], Any] = {}
         self._lock = threading.Lock()
@@ -177,14 +222,15 @@ class Fleet:
                     ssh_config=read_ssh_config(files),
                     lazy=True,  # no ~/.fabric.yaml or /etc/fabric.yaml: only ssh's own files count
                     overrides={"connect_kwargs": self._timeouts(), "forward_agent": False,
-                               "timeouts": {"connect": math.ceil(self.connect_timeout)}},
+                               "timeouts": {"connect": math.ceil(self.banner_timeout)}},
                 )
                 self._configs[files] = config
         return config
 
     def _timeouts(self) -> dict[str, float]:
-        t = self.connect_timeout
-        return {"banner_timeout": t, "auth_timeout": t, "channel_timeout": t}
+        # channel_timeout: opening the session channel, the same wait for sshd as the banner's
+        return {"banner_timeout": self.banner_timeout, "auth_timeout": self.auth_timeout,
+                "channel_timeout": self.banner_timeout}
 
     def connection(self, target: Target) -> fabric.Connection:
         """A (not yet opened) Connection for ``target``, host keys pinned on every hop."""
@@ -198,7 +244,7 @@ class Fleet:
             gateway = None
             for hop in jump.split(","):  # first hop dialled directly (or as its own config says)
                 gateway = fabric.Connection(hop.strip(), config=config, gateway=gateway,
-                                            connect_timeout=math.ceil(self.connect_timeout))
+                                            connect_timeout=math.ceil(self.banner_timeout))
         elif lookup.get("proxycommand") and lookup["proxycommand"].lower() != "none":
             gateway = lookup["proxycommand"]
         keys = [str(k) for k in target.key_files if k.expanduser().exists()]
@@ -209,7 +255,9 @@ class Fleet:
             config=config,
             gateway=gateway,
             forward_agent=False,
-            connect_timeout=math.ceil(self.connect_timeout),
+            # paramiko uses this for the whole handshake (start_client); the TCP connect gets
+            # connect_timeout in _dial
+            connect_timeout=math.ceil(self.banner_timeout),
             connect_kwargs={**self._timeouts(), "key_filename": keys,
                             "look_for_keys": not keys, "allow_agent": not keys},
         )
@@ -232,28 +280,57 @@ class Fleet:
             conn.close()
         if target.known_hosts is not None and not target.known_hosts.is_file():
             raise _Unreachable(f"known_hosts file {target.known_hosts} does not exist")
-        conn = self.connection(target)
-        known = str(target.known_hosts or "known_hosts")
-        for hop in reversed(_hops(conn)):  # open the chain from the first hop, so a failure names the hop
+        start, pause = time.monotonic(), CONNECT_BACKOFF_S
+        for attempt in range(1, CONNECT_ATTEMPTS + 1):
             try:
-                hop.open()
-            except Exception as exc:
-                known_hop = ", ".join(str(p) for p in _hop_known_hosts(hop, target))
-                reason = _reason(exc, hop, known_hop, hop=True)
-                _close(conn)
-                raise _Unreachable(reason) from exc
-        try:
-            conn.open()
-        except Exception as exc:
-            reason = _reason(exc, conn, known)
-            _close(conn)
-            raise _Unreachable(reason) from exc
+                conn = self._connect(target)
+                break
+            except _Transient as exc:
+                spent = time.monotonic() - start
+                if attempt == CONNECT_ATTEMPTS or spent + pause >= CONNECT_BUDGET_S:
+                    tries = f"{attempt} attempt{'s' if attempt > 1 else ''} in {spent:.0f} s"
+                    raise _Unreachable(f"{exc} ({tries})") from exc.__cause__
+                _sleep(pause)
+                pause *= 2
         transport = conn.transport
         if transport is not None:
             transport.set_keepalive(5)
         with self._lock:
             self._conns[target.name] = conn
         return conn
+
+    def _connect(self, target: Target) -> fabric.Connection:
+        """One attempt: a fresh Connection, its hops opened first (so a failure names the hop).
+        Raises _Transient for what a busy sshd does (worth another attempt), _Unreachable else."""
+        conn = self.connection(target)
+        known = str(target.known_hosts or "known_hosts")
+        for hop in reversed(_hops(conn)):
+            try:
+                self._dial(hop)
+                hop.open()
+            except Exception as exc:
+                known_hop = ", ".join(str(p) for p in _hop_known_hosts(hop, target))
+                reason = _reason(exc, hop, known_hop, hop=True)
+                _close(conn)
+                raise (_Transient if _transient(exc) else _Unreachable)(reason) from exc
+        try:
+            self._dial(conn)
+            conn.open()
+        except Exception as exc:
+            reason = _reason(exc, conn, known)
+            _close(conn)
+            raise (_Transient if _transient(exc) else _Unreachable)(reason) from exc
+        return conn
+
+    def _dial(self, conn: fabric.Connection) -> None:
+        """The TCP connect of a connection dialled directly, within connect_timeout: paramiko would
+        give the TCP connect and the whole SSH handshake one timeout, and the handshake of a loaded
+        node needs more than a node that is not there should cost."""
+        if conn.gateway:  # through a jump host or a ProxyCommand: that opens the stream
+            return
+        sock = socket.create_connection((conn.host, conn.port), timeout=self.connect_timeout)
+        sock.settimeout(None)
+        conn.connect_kwargs["sock"] = sock
 
     def _drop(self, name: str) -> None:
         with self._lock:

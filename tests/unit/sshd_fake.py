@@ -106,7 +106,12 @@ def _forward(
 class FakeSshd:
     """Listen on 127.0.0.1:<free port>; write the client key and a known_hosts file into ``tmp``."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, *, banner_delay: float = 0.0, drop_first: int = 0):
+        """``banner_delay``: seconds between accepting a connection and the SSH banner (a loaded
+        node's sshd); ``drop_first``: that many connections are closed before the banner (sshd's
+        MaxStartups refusing a connection beyond its limit)."""
+        self.banner_delay = banner_delay
+        self.drop_first = drop_first
         self.host_key = paramiko.RSAKey.generate(2048)
         self.client_key = paramiko.RSAKey.generate(2048)
         self.key_file = tmp / "id_test"
@@ -135,15 +140,27 @@ class FakeSshd:
             except (TimeoutError, OSError):
                 continue
             self.accepted += 1
-            transport = paramiko.Transport(conn)
-            transport.add_server_key(self.host_key)
-            self._transports.append(transport)
-            forwards: dict[int, tuple[str, int]] = {}
-            try:
-                transport.start_server(server=_Iface(self.client_key, forwards))
-            except (paramiko.SSHException, EOFError):
+            if self.accepted <= self.drop_first:
+                conn.close()
                 continue
-            threading.Thread(target=_forward, args=(transport, forwards, self.forwarded), daemon=True).start()
+            if self.banner_delay:  # the accept loop goes on; this connection waits for its banner
+                threading.Thread(target=self._serve, args=(conn, self.banner_delay), daemon=True).start()
+            else:
+                self._serve(conn)
+
+    def _serve(self, conn: socket.socket, delay: float = 0.0) -> None:
+        if delay and self._stop.wait(delay):
+            conn.close()
+            return
+        transport = paramiko.Transport(conn)
+        transport.add_server_key(self.host_key)
+        self._transports.append(transport)
+        forwards: dict[int, tuple[str, int]] = {}
+        try:
+            transport.start_server(server=_Iface(self.client_key, forwards))
+        except (paramiko.SSHException, EOFError):
+            return
+        threading.Thread(target=_forward, args=(transport, forwards, self.forwarded), daemon=True).start()
 
     def close(self) -> None:
         self._stop.set()

@@ -43,7 +43,7 @@ from ansible.vars.manager import VariableManager
 from ansible.vars.plugins import get_vars_from_inventory_sources
 
 from sparkctl.errors import InputError
-from sparkctl.model import vault
+from sparkctl.model import vault, yamlbound
 from sparkctl.model.problems import Problems
 
 try:  # diagnostics only (see the module docstring)
@@ -291,6 +291,32 @@ def _check_vars_files(
                     )
 
 
+def _yaml_files(inv: Path, sources: list[Path]) -> list[Path]:
+    """Every file of the directory Ansible may read as YAML: the YAML hosts files, and each file
+    under group_vars/ and host_vars/ (any depth) with a YAML suffix or none, hidden ones aside."""
+    out = [s for s in sources if s.suffix in YAML_SUFFIXES]
+    for sub in ("group_vars", "host_vars"):
+        for root, dirs, names in os.walk(inv / sub):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            out += [Path(root) / n for n in sorted(names)
+                    if not n.startswith(".") and Path(n).suffix in ("", *YAML_SUFFIXES)]
+    return out
+
+
+def _check_aliases(loader: DataLoader, inv: Path, sources: list[Path], problems: Problems) -> None:
+    """Refuse an alias bomb before anything walks the data (``yamlbound``); vault-encrypted files
+    are checked decrypted. A file that cannot be read here is left to Ansible's reader to report."""
+    for path in _yaml_files(inv, sources):
+        try:
+            # as bytes: libyaml takes no str subclass (Ansible's text is an Origin-tagged str)
+            text = loader.get_text_file_contents(str(path)).encode()
+        except (AnsibleError, OSError, UnicodeError):
+            continue
+        why = yamlbound.alias_problem(text)
+        if why:
+            problems.add(_display(path, inv), why, "write the values out, or nest fewer aliases")
+
+
 def _forget_cached_listings(inv: Path) -> None:
     """host_group_vars caches directory listings per process; a long-lived process must re-list."""
     module = sys.modules.get("ansible.plugins.vars.host_group_vars")  # not loaded yet: nothing cached
@@ -358,6 +384,8 @@ def read(inv: Path, problems: Problems, vault_password_file: Path | str | None =
     out = Read(sources=[s.name for s in sources], vault_files=[str(f) for f in files])
     shown_sources = " / ".join(out.sources)
     with _ansible_settings() as warnings:
+        _check_aliases(loader, inv, sources, problems)
+        problems.raise_if_any(str(inv))
         _check_sources(loader, sources, inv, problems)
         problems.raise_if_any(str(inv))
         _forget_cached_listings(inv)

@@ -5,9 +5,11 @@ loaded with sparkctl's own model (`sparkctl.model.load_inventory`) and rendered 
 `sparkctl.render`, so roles never re-derive argv, env, unit, netplan, QoS, firewall or switch text:
 
   spark hosts:  sparkctl_rendered = that node's entry of `sparkctl plan --json` (files, file_modes,
-                rank_launch, nccl_check, fabric, ...), sparkctl_cluster = the cluster's facts
-                (`sparkctl.render.cluster_facts`, the same dict `validate --json` prints)
-  switch host:  sparkctl_rendered = {type, name, file, switch_config}, sparkctl_cluster as above
+                rank_launch, nccl_check, fabric, ssh_port, ...), sparkctl_cluster = the cluster's
+                facts (`sparkctl.render.cluster_facts`, the same dict `validate --json` prints)
+  switch host:  sparkctl_rendered = {type, name, file, switch_config, ssh_port}, sparkctl_cluster
+  every host:   ansible_port = the SSH port the model resolved (Node.ssh_port / Switch.ssh_port), so
+                Ansible connects on the port the firewall opens and the roles' own ssh/rsync use
 
 Secrets appear only as "<secret:NAME>" markers; their values are read at task time by the
 spark_rank role's sparkctl_rank_secrets lookup, never put into hostvars. A bad inventory stops
@@ -91,6 +93,9 @@ def _rendered(inv: Path):
         per_host[entry["name"]] = {
             "sparkctl_rendered": entry,
             "sparkctl_cluster": facts,
+            # The port the model resolved (ansible_ssh_port, ansible_port, ssh arguments, the
+            # inventory's ssh_config...) and the firewall opens: Ansible connects on exactly it.
+            "ansible_port": entry["ssh_port"],
         }
     sw = doc.get("switch") or {}
     if cluster.switch is not None:
@@ -100,8 +105,10 @@ def _rendered(inv: Path):
                 "name": sw.get("name"),
                 "file": sw.get("file"),
                 "switch_config": sw.get("config", ""),
+                "ssh_port": cluster.switch.ssh_port,
             },
             "sparkctl_cluster": facts,
+            "ansible_port": cluster.switch.ssh_port,
         }
     _CACHE[key] = (stamp, per_host)
     return per_host

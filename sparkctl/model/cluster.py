@@ -27,6 +27,7 @@ from pydantic import (
 from sparkctl.errors import InputError
 from sparkctl.model import secretenv
 from sparkctl.model.problems import FieldError
+from sparkctl.model.sshconfig import DEFAULT_PORT, port_from_vars
 from sparkctl.model.types import (
     AbsPath,
     Commit,
@@ -262,6 +263,13 @@ class FabricPort(_Section):
         return self.address.ip
 
 
+def _ssh_port(hostvars: dict[str, Any], config_port: int | None) -> int:
+    port = port_from_vars(hostvars)
+    if port is None:
+        port = config_port
+    return DEFAULT_PORT if port is None else port
+
+
 class Node(_Section):
     """One DGX Spark: one SGLang rank."""
 
@@ -271,6 +279,7 @@ class Node(_Section):
     fabric_ports: list[FabricPort] = Field(min_length=1)
     nvme_gib: Gib | None = None
     hostvars: dict[str, Any] = Field(default_factory=dict)  # the node's ansible_* keys, as written
+    ssh_config_port: int | None = None  # the Port its ssh_config files give it (read by the loader)
 
     @property
     def fabric_ip(self) -> IPv4Address:
@@ -278,8 +287,9 @@ class Node(_Section):
 
     @property
     def ssh_port(self) -> int:
-        """The port the controller reaches this node's sshd on (``ansible_port``, default 22)."""
-        return int(self.hostvars.get("ansible_port", 22))
+        """The port Ansible and sparkctl reach this node's sshd on, and the one its firewall opens:
+        ``ansible_ssh_port`` / ``ansible_port`` / ssh arguments / ssh_config / 22 (see sshconfig)."""
+        return _ssh_port(self.hostvars, self.ssh_config_port)
 
     @property
     def is_head(self) -> bool:
@@ -349,6 +359,13 @@ class Switch(_Section):
     l2mtu: Mtu | None = None
     ports: dict[StrictStr, dict[StrictStr, StrictStr]] = Field(default_factory=dict)
     hostvars: dict[str, Any] = Field(default_factory=dict)
+    ssh_config_port: int | None = None  # as Node's
+
+    @property
+    def ssh_port(self) -> int:
+        """The port Ansible reaches the switch on (the vars plugin hands it over as ``ansible_port``,
+        so network_cli, which reads no other variable, connects there too)."""
+        return _ssh_port(self.hostvars, self.ssh_config_port)
 
 
 class Cluster(BaseModel):

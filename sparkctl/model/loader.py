@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import StrictBool, StrictStr, TypeAdapter, ValidationError
 
 from sparkctl.errors import InputError, SparkctlError
-from sparkctl.model import ansible_read, connection
+from sparkctl.model import ansible_read, connection, sshconfig
 from sparkctl.model.checks import run_checks
 from sparkctl.model.cluster import (
     Checkpoint,
@@ -323,6 +323,28 @@ def _known_hosts(args: str | None, inv: Path) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
+def _one_port(host_vars: dict[str, Any], prefix: str, problems: Problems) -> None:
+    """``ansible_port`` and ``ansible_ssh_port`` both set (at any level) and different: Ansible takes
+    ``ansible_ssh_port`` whatever the levels, which is rarely what the one who wrote both meant."""
+    port, ssh_port = host_vars.get("ansible_port"), host_vars.get("ansible_ssh_port")
+    if port is not None and ssh_port is not None and str(port).strip() != str(ssh_port).strip():
+        problems.add(f"{prefix}.ansible_port",
+                     f"is {port} but ansible_ssh_port is {ssh_port} (Ansible connects on {ssh_port})",
+                     "set one of the two")
+
+
+def _ansible_vars(host_vars: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in host_vars.items() if k.startswith("ansible_")}
+
+
+def _ssh_config_port(host_vars: dict[str, Any], inv: Path, address: Any, name: str) -> int | None:
+    """The Port the host's ssh_config files give it, when its Ansible variables name none."""
+    hostvars = _ansible_vars(host_vars)
+    if sshconfig.port_from_vars(hostvars) is not None:
+        return None
+    return sshconfig.config_port(sshconfig.config_files(hostvars, inv), str(address), name)
+
+
 def validate_raw(raw: Raw, inv: Path, problems: Problems) -> Draft:
     draft = Draft(inventory_dir=inv)
     secret_vars = _secret_vars(raw.site)
@@ -352,6 +374,7 @@ def validate_raw(raw: Raw, inv: Path, problems: Problems) -> Draft:
         prefix = f"{entry.group}.{entry.name}"
         ok_name, _ = check_value(entry.name, ShortName, prefix, problems)
         values = _validate_keys(entry.vars, GROUP_KEYS[entry.group], prefix, problems, host_level=True)
+        _one_port(entry.vars, prefix, problems)
         if entry.group == SPARKS:
             draft.spark_names.append(entry.name)
             if "sparkctl_rank" in values:
@@ -369,7 +392,8 @@ def validate_raw(raw: Raw, inv: Path, problems: Problems) -> Draft:
                         mgmt_ip=values["ansible_host"],
                         fabric_ports=ports,
                         nvme_gib=values.get("sparkctl_nvme_gib"),
-                        hostvars={k: v for k, v in entry.vars.items() if k.startswith("ansible_")},
+                        hostvars=_ansible_vars(entry.vars),
+                        ssh_config_port=_ssh_config_port(entry.vars, inv, values["ansible_host"], entry.name),
                     )
                 )
         else:
@@ -383,7 +407,8 @@ def validate_raw(raw: Raw, inv: Path, problems: Problems) -> Draft:
                     mtu=values["sparkctl_switch_mtu"],
                     l2mtu=values.get("sparkctl_switch_l2mtu"),
                     ports=values["sparkctl_switch_ports"],
-                    hostvars={k: v for k, v in entry.vars.items() if k.startswith("ansible_")},
+                    hostvars=_ansible_vars(entry.vars),
+                    ssh_config_port=_ssh_config_port(entry.vars, inv, values["ansible_host"], entry.name),
                 )
     draft.nodes.sort(key=lambda n: n.rank)
     return draft

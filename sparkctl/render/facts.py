@@ -23,6 +23,8 @@ def node_facts(cluster: Cluster, node: Node) -> dict[str, Any]:
         "rank": node.rank,
         "role": "head" if node.rank == 0 else "worker",
         "mgmt": str(node.mgmt_ip),
+        # The port Ansible connects on, the firewall opens and the roles' own ssh/rsync use.
+        "ssh_port": node.ssh_port,
         "bootstrap_ip": str(cluster.bootstrap_ips[node.name]),
         "fabric": [{"netdev": str(p.netdev), "hca": str(p.hca), "ip": str(p.ip)} for p in node.fabric_ports],
         "nvme_gib": node.nvme_gib,

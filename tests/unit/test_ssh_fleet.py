@@ -14,6 +14,9 @@ from sshd_fake import FakeSshd
 
 from sparkctl.model.sshconfig import resolve_port
 from sparkctl.ssh.fleet import (
+    AUTH_TIMEOUT_S,
+    BANNER_TIMEOUT_S,
+    CONNECT_TIMEOUT_S,
     Fleet,
     Target,
     known_hosts_from_args,
@@ -227,6 +230,66 @@ def test_broken_connection_is_reopened(sshd: FakeSshd) -> None:
 def test_large_output_is_read_completely(sshd: FakeSshd) -> None:
     results = run_all([_target(sshd, "a")], "head -c 300000 /dev/zero | tr '\\0' x\n", timeout=10)
     assert len(results["a"].stdout) == 300000
+
+
+def test_a_slow_banner_is_waited_for(tmp_path: Path) -> None:
+    """A loaded node's sshd sends its banner seconds after accepting the connection: the fleet
+    waits for it (BANNER_TIMEOUT_S), where the 3 s TCP timeout once cut it off."""
+    slow = FakeSshd(tmp_path, banner_delay=CONNECT_TIMEOUT_S + 1.5)
+    try:
+        res = run_all([_target(slow, "a")], "echo late\n", timeout=10)["a"]
+    finally:
+        slow.close()
+    assert res.ok and res.stdout == "late\n", res.error
+    assert BANNER_TIMEOUT_S >= 15 and AUTH_TIMEOUT_S >= 15
+
+
+@pytest.fixture
+def pauses(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The fleet's pauses between connection attempts, recorded instead of slept."""
+    from sparkctl.ssh import fleet
+
+    got: list[float] = []
+    monkeypatch.setattr(fleet, "_sleep", got.append)
+    return got
+
+
+def test_a_connection_dropped_before_the_banner_is_tried_again(tmp_path: Path, pauses: list[float]) -> None:
+    """sshd beyond MaxStartups closes a new connection before its banner: the fleet tries again
+    after a pause that doubles, and the node answers."""
+    busy = FakeSshd(tmp_path, drop_first=2)
+    try:
+        res = run_all([_target(busy, "a")], "echo hi\n", timeout=10)["a"]
+    finally:
+        busy.close()
+    assert res.ok and res.stdout == "hi\n", res.error
+    assert busy.accepted == 3 and pauses == [0.5, 1.0]
+
+
+def test_a_banner_that_never_comes_is_given_up_within_the_budget(tmp_path: Path, pauses: list[float]) -> None:
+    """No banner at all (a wedged sshd): the attempts end and the error says what happened."""
+    mute = FakeSshd(tmp_path, banner_delay=60)
+    try:
+        with Fleet([_target(mute, "a")], banner_timeout=0.5) as fleet:
+            res = fleet.run("true\n", timeout=5)["a"]
+    finally:
+        mute.close()
+    assert not res.reachable and "SSH banner did not come" in (res.error or "")
+    assert "4 attempts" in (res.error or "") and mute.accepted == 4 and pauses == [0.5, 1.0, 2.0]
+
+
+def test_refused_and_rejected_connections_are_not_retried(
+    sshd: FakeSshd, tmp_path: Path, pauses: list[float]
+) -> None:
+    refused = run_all([_target(sshd, "c", port=_closed_port())], "true\n", timeout=5)["c"]
+    assert "connection refused" in (refused.error or "") and pauses == []
+    before = sshd.accepted
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    unknown = run_all([_target(sshd, "a", known_hosts=empty)], "true\n", timeout=5)["a"]
+    assert "not in" in (unknown.error or "") and sshd.accepted - before == 1 and pauses == []
+    wrong = run_all([_target(sshd, "a", key_files=(tmp_path / "none",))], "true\n", timeout=5)["a"]
+    assert not wrong.reachable and pauses == []
 
 
 def test_parse_sections() -> None:

@@ -273,31 +273,35 @@ class Fleet:
 
     def _open(self, target: Target) -> fabric.Connection:
         with self._lock:
-            conn = self._conns.get(target.name)
-        if conn is not None and conn.is_connected:
-            return conn
-        if conn is not None:
-            conn.close()
+            kept = self._conns.get(target.name)
+        if kept is not None and kept.is_connected:
+            return kept
+        if kept is not None:
+            kept.close()
         if target.known_hosts is not None and not target.known_hosts.is_file():
             raise _Unreachable(f"known_hosts file {target.known_hosts} does not exist")
-        start, pause = time.monotonic(), CONNECT_BACKOFF_S
-        for attempt in range(1, CONNECT_ATTEMPTS + 1):
-            try:
-                conn = self._connect(target)
-                break
-            except _Transient as exc:
-                spent = time.monotonic() - start
-                if attempt == CONNECT_ATTEMPTS or spent + pause >= CONNECT_BUDGET_S:
-                    tries = f"{attempt} attempt{'s' if attempt > 1 else ''} in {spent:.0f} s"
-                    raise _Unreachable(f"{exc} ({tries})") from exc.__cause__
-                _sleep(pause)
-                pause *= 2
+        conn = self._connect_patiently(target)
         transport = conn.transport
         if transport is not None:
             transport.set_keepalive(5)
         with self._lock:
             self._conns[target.name] = conn
         return conn
+
+    def _connect_patiently(self, target: Target) -> fabric.Connection:
+        """_connect, tried again after what a busy sshd does, with a doubling pause, while the
+        attempts stay within CONNECT_BUDGET_S."""
+        start, pause, attempt = time.monotonic(), CONNECT_BACKOFF_S, 1
+        while True:
+            try:
+                return self._connect(target)
+            except _Transient as exc:
+                spent = time.monotonic() - start
+                if attempt == CONNECT_ATTEMPTS or spent + pause >= CONNECT_BUDGET_S:
+                    tries = f"{attempt} attempt{'s' if attempt > 1 else ''} in {spent:.0f} s"
+                    raise _Unreachable(f"{exc} ({tries})") from exc.__cause__
+            _sleep(pause)
+            pause, attempt = pause * 2, attempt + 1
 
     def _connect(self, target: Target) -> fabric.Connection:
         """One attempt: a fresh Connection, its hops opened first (so a failure names the hop).

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,6 +51,73 @@ def test_the_plugin_is_mitogen_linear_when_mitogen_is_installed() -> None:
 
 def test_the_plugin_is_plain_linear_without_mitogen() -> None:
     assert _load_plugin(block_mitogen=True) == "ansible.plugins.strategy.linear False"
+
+
+# --- a loaded node's sshd: Mitogen's connection step tried again ----------------------------------
+
+
+def _plugin_module() -> object:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sparkctl_linear_under_test", PLUGIN)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_banner_timeout_is_tried_again_and_a_refusal_is_not() -> None:
+    from ansible.errors import AnsibleConnectionFailure
+
+    plugin: Any = _plugin_module()
+    banner = "EOF on stream; last 100 lines received:\nConnection timed out during banner exchange"
+    failures = [banner, "kex_exchange_identification: read: Connection reset by peer"]
+    calls: list[str] = []
+    pauses: list[float] = []
+
+    def connect(stack: str) -> str:
+        calls.append(stack)
+        if failures:
+            raise AnsibleConnectionFailure(failures.pop(0))
+        return "context"
+
+    assert plugin.retrying(connect, pauses.append)("spark-2") == "context"
+    assert calls == ["spark-2"] * 3 and pauses == [2.0, 4.0]
+
+    def refused(stack: str) -> str:
+        calls.append(stack)
+        raise AnsibleConnectionFailure("ssh: connect to host 10.250.0.12 port 22: Connection refused")
+
+    calls.clear(), pauses.clear()
+    with pytest.raises(AnsibleConnectionFailure, match="refused"):
+        plugin.retrying(refused, pauses.append)("spark-2")
+    assert calls == ["spark-2"] and pauses == []
+
+    def always_slow(stack: str) -> str:
+        calls.append(stack)
+        raise AnsibleConnectionFailure(banner)
+
+    calls.clear()
+    with pytest.raises(AnsibleConnectionFailure, match="banner"):
+        plugin.retrying(always_slow, pauses.append)("spark-2")
+    assert len(calls) == plugin.ATTEMPTS
+
+
+def test_mitogens_connection_step_is_wrapped_once() -> None:
+    pytest.importorskip("ansible_mitogen")
+    from ansible_mitogen.connection import Connection
+
+    _plugin_module(), _plugin_module()  # loaded twice (Ansible may): still one wrapper
+    step = Connection._connect_stack
+    assert getattr(step, "sparkctl_retrying", False)
+    assert not getattr(step.__wrapped__, "sparkctl_retrying", False)
+
+
+def test_ansible_cfg_gives_a_loaded_node_time_and_retries() -> None:
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(REPO / "ansible.cfg")
+    assert int(cfg["ssh_connection"]["retries"]) >= 2
+    assert int(cfg["defaults"]["timeout"]) >= 60
 
 
 # --- module_utils that Mitogen ships --------------------------------------------------------------

@@ -407,9 +407,26 @@ def _startup_error(artifact_dir: Path) -> str | None:
     return lines[-1][:600] if lines else None
 
 
+def playbook_dir_in(verb_dir: Path, plan: Plan) -> Path:
+    """A fresh ``<verb run dir>/playbook-<name>[.n]/`` (0700) for one playbook of a verb that keeps
+    its own run directory (`up`: a stop, the start, a stop after a failure, its boot records)."""
+    verb_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    name = f"playbook-{_verb(plan)}"
+    for n in range(1000):
+        path = verb_dir / (name if n == 0 else f"{name}.{n}")
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise SparkctlError(f"cannot create a playbook directory under {verb_dir}")
+
+
 @contextlib.contextmanager
-def _run_dir_for(plan: Plan, runs_dir: Path | None) -> Iterator[tuple[Path, Path]]:
-    run_dir = new_run_dir(_verb(plan), runs_dir)
+def _run_dir_for(
+    plan: Plan, runs_dir: Path | None, verb_dir: Path | None = None
+) -> Iterator[tuple[Path, Path]]:
+    run_dir = playbook_dir_in(verb_dir, plan) if verb_dir is not None else new_run_dir(_verb(plan), runs_dir)
     cp_dir = control_path_dir(run_dir)
     try:
         yield run_dir, cp_dir
@@ -427,6 +444,7 @@ def execute(
     on_event: EventHandler | None = None,
     *,
     runs_dir: Path | None = None,
+    run_dir: Path | None = None,
     extra_env: dict[str, str] | None = None,
     project_dir: Path | None = None,
 ) -> RunResult:
@@ -436,6 +454,9 @@ def execute(
     control. ``extra_env`` is for non-secret settings (tests and the benchmark use it to change
     SSH options); it is recorded in the run directory like every other envvar. ``project_dir``
     (default: the shipped Ansible content, ``content.root()``) is where ``playbooks/`` is looked up.
+    ``run_dir``: the run directory of the verb this playbook is part of (one verb, one run directory):
+    the run's records go into a fresh ``playbook-<name>`` directory inside it instead of a run
+    directory of their own under ``runs_dir``.
     """
     project = Path(project_dir or content.root())
     missing = content.ensure_collections()
@@ -457,8 +478,9 @@ def execute(
         return collector(raw)
 
     started = time.monotonic()
-    with _run_dir_for(plan, runs_dir) as (run_dir, cp_dir):
-        envvars = run_environment(run_dir, cp_dir)
+    verb_dir = run_dir
+    with _run_dir_for(plan, runs_dir, verb_dir) as (private_dir, cp_dir):
+        envvars = run_environment(private_dir, cp_dir)
         envvars.update(vault_environment())
         if extra_env:
             envvars.update(extra_env)
@@ -468,7 +490,7 @@ def execute(
             envvars.update(secret_vars)
             try:
                 runner = ansible_runner.run(
-                    private_data_dir=str(run_dir),
+                    private_data_dir=str(private_dir),
                     project_dir=str(project),
                     playbook=f"playbooks/{plan.playbook}",
                     inventory=str(Path(plan.inventory).resolve()),
@@ -485,7 +507,7 @@ def execute(
                     fact_cache_type="jsonfile",
                 )
             finally:
-                scrub_command_file(run_dir / "artifacts" / _IDENT, set(envvars) | _RUNNER_SET_ENV)
+                scrub_command_file(private_dir / "artifacts" / _IDENT, set(envvars) | _RUNNER_SET_ENV)
     duration = time.monotonic() - started
     artifact_dir = Path(runner.config.artifact_dir)
     rc = runner.rc if isinstance(runner.rc, int) else 1
@@ -500,7 +522,7 @@ def execute(
         stats=_host_stats(collector.stats_raw, hosts_seen),
         failures=failures,
         artifact_dir=artifact_dir,
-        run_dir=run_dir,
+        run_dir=private_dir,
         duration_s=duration,
         results=collector.results,
         reported=dict((collector.stats_raw or {}).get("artifact_data") or {}),

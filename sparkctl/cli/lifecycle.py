@@ -6,8 +6,9 @@ upgrade: load the inventory (exit 2 on problems, or when ``sparkctl_upgrade`` pi
          (the pinned update, a reboot when it changed the node, its identity equal to the nodes before
          it, its fabric check), then the identity preflight across all nodes → a per-node table and
          the identity table → ``stage all --verify-only`` (the stage playbook, read-only) → the gated
-         ``up`` (``cli.serve.up`` itself: the same preflight, gates and memory guard). The first node
-         that fails stops the run: exit 1, naming the node, the reason, and the nodes left untouched.
+         ``up`` (``serve.up.Up``, as `sparkctl up` runs it: the same preflight, gates and memory guard).
+         The first node that fails stops the run: exit 1, naming the node, the reason, and the nodes
+         left untouched.
          ``--check`` runs the playbook in check mode and stops there (nothing is stopped or started).
 reset:   load → ask (``--yes``) → playbooks/reset.yml → per-node summary. ``--purge-data`` also
          removes the checkpoint and the Engram shards; ``--check`` says what would go.
@@ -24,32 +25,14 @@ from rich.text import Text
 from sparkctl import ui
 from sparkctl.ansible import plan as planning
 from sparkctl.ansible import results, runner
+from sparkctl.cli import common
 from sparkctl.cli import preflight as preflight_cli
-from sparkctl.cli import serve
 from sparkctl.cli import stage as stage_cli
-from sparkctl.cli.provision import run_with_table
+from sparkctl.cli.common import YesOption, confirm, run_with_table
+from sparkctl.cli.serving import start_group
 from sparkctl.cli.shell import PROVISION, example
-from sparkctl.errors import EXIT_FAILED, InputError, SparkctlError
+from sparkctl.errors import EXIT_FAILED, SparkctlError
 from sparkctl.model import Cluster, load_inventory
-
-
-def confirm(what: str, yes: bool) -> None:
-    """Ask before a verb that takes the cluster down or removes things; without a terminal refuse
-    (exit 2, nothing touched) unless --yes was given — the same rule as `up` replacing ranks."""
-    if yes:
-        return
-    if not serve._interactive():
-        raise InputError(
-            f"{what}; refusing without a confirmation",
-            hint="pass --yes to go ahead without asking (there is no terminal to ask)",
-        )
-    if not serve._ask(f"{what}. Go ahead?"):
-        raise SparkctlError("nothing was changed", exit_code=EXIT_FAILED)
-
-
-YesOption = Annotated[
-    bool, typer.Option("--yes", "-y", help="Go ahead without asking (needed without a terminal).")
-]
 
 
 def _nodes(cluster: Cluster) -> list[str]:
@@ -132,14 +115,14 @@ def upgrade(
     if not state.json:
         ui.console.print(f"{ui.OK} every node upgraded and agreeing; verifying the staged files")
     verify_staged(ctx, cluster)
-    serve.up(ctx, force=False, restart=False, yes=True)
+    start_group(ctx.obj, common.tools(), yes=True)
 
 
 def verify_staged(ctx: typer.Context, cluster: Cluster) -> None:
     """`stage all --verify-only`: the stage playbook re-hashes the kit, the image IDs, the weights
     and the shards on every node; any difference stops the upgrade before `up`."""
     plan = planning.for_stage(cluster, "all", verify_only=True)
-    result = serve._execute(plan, serve._event_printer(ctx.obj.verbose))
+    result = common.tools().execute(plan, common.event_printer(ctx.obj.verbose))
     summaries = stage_cli.node_summaries(result)
     if not ctx.obj.json:
         ui.console.print(stage_cli.summary_table(cluster, summaries, True, "all"))

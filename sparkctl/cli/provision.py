@@ -17,9 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkctl import ui
-from sparkctl.ansible import hosttable as progress
 from sparkctl.ansible import plan as planning
 from sparkctl.ansible import results, runner
+from sparkctl.cli.common import run_with_table
 from sparkctl.cli.shell import PROVISION, OrderedGroup, complete_hosts, complete_tags, example
 from sparkctl.errors import EXIT_FAILED, SparkctlError
 from sparkctl.model import Cluster, load_inventory
@@ -38,19 +38,6 @@ def _hosts(cluster: Cluster, limit: str | None) -> list[str]:
         wanted = set(limit.split(","))
         hosts = [h for h in hosts if h in wanted]
     return hosts
-
-
-def run_with_table(ctx: typer.Context, plan: planning.Plan, title: str, hosts: list[str]) -> runner.RunResult:
-    """Run a plan with the live host table (plain when --json), then print the summary."""
-    state = ctx.obj
-    if state.verbose and not state.json:
-        ui.console.print(Text("$ " + " ".join(plan.argv()), style="dim"))
-    table = progress.HostTable(title, hosts, enabled=not state.json, show_diff=plan.diff)
-    with table:
-        result = runner.execute(plan, table)
-    if not state.json:
-        progress.print_summary(result, table)
-    return result
 
 
 def provision(

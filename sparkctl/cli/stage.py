@@ -18,7 +18,7 @@ from rich.table import Table
 
 from sparkctl import ui
 from sparkctl.ansible import plan, results, runner
-from sparkctl.cli.serve import kit_reference
+from sparkctl.cli.common import kit_reference
 from sparkctl.cli.shell import STAGE, example
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.model import load_inventory

@@ -17,8 +17,8 @@ import typer
 
 from sparkctl import ui
 from sparkctl.ansible import plan as planning
+from sparkctl.cli.common import run_with_table
 from sparkctl.cli.plan_cmd import InventoryOpt, JsonOpt, command_options
-from sparkctl.cli.provision import run_with_table
 from sparkctl.cli.shell import PROVISION, OrderedGroup, example
 from sparkctl.errors import EXIT_FAILED, SparkctlError
 from sparkctl.model import Cluster, load_inventory

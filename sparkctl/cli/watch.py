@@ -3,8 +3,8 @@
 
 watch:  every ``sparkctl_supervisor.interval_s`` the probe `status` takes, plus a canary completion
         on rank 0; on a dead rank, an exited rank unit, MemAvailable under the floor or failed
-        canaries, a whole-group restart through `down`'s and `up`'s own code (``serve.down`` and
-        ``serve.up``, called in this process: the same playbooks, preflight and gates). Decisions:
+        canaries, a whole-group restart through `down`'s and `up`'s own code (``serve.down.Down``
+        and ``serve.up.Up``, called in this process: the same playbooks, preflight and gates). Decisions:
         ``sparkctl.serve.supervisor``; what it keeps on disk: ``sparkctl.serve.events``.
         ``--install`` writes and enables ``sparkctl-watch-<cluster>.service`` on the controller.
 events: the supervisor's JSONL event log, as lines or JSON; ``--follow`` keeps printing.
@@ -24,19 +24,21 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import FrameType, SimpleNamespace
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
 
 from sparkctl import ui
 from sparkctl.ansible import content
-from sparkctl.cli import State, serve
+from sparkctl.cli import State, common
 from sparkctl.cli.cluster import load_cluster
+from sparkctl.cli.serving import start_group, stop_group
 from sparkctl.cli.shell import OBSERVE, SERVE, example
 from sparkctl.errors import EXIT_USAGE, InputError, SparkctlError, UnhealthyError
 from sparkctl.render import plan_document
 from sparkctl.serve import events, supervisor, verdict
+from sparkctl.serve import tools as tools_
 
 UNIT_DIR = Path("/etc/systemd/system")
 
@@ -136,23 +138,22 @@ def _sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def _as_command(ctx: typer.Context) -> Any:
-    """A context for calling the `up` and `down` commands in this process (human output, no JSON)."""
-    obj = State(inventory=ctx.obj.inventory_dir(), json=False, verbose=ctx.obj.verbose)
-    return SimpleNamespace(obj=obj)
+def _as_command(ctx: typer.Context) -> State:
+    """The options `up` and `down` run with in this process (human output, no JSON)."""
+    return State(inventory=ctx.obj.inventory_dir(), json=False, verbose=ctx.obj.verbose)
 
 
 def _actions(ctx: typer.Context, cluster: Any, doc: dict[str, Any], fleet: Any, http: Any,
              api_key: str | None) -> supervisor.Actions:
-    command_ctx = _as_command(ctx)
+    state = _as_command(ctx)
     n = len(cluster.nodes)
 
     def stop() -> str:
-        serve.down(command_ctx)
+        stop_group(state, common.tools())
         return f"all {n} ranks stopped (`sparkctl down`)"
 
     def start() -> str:
-        serve.up(command_ctx, yes=True)
+        start_group(state, common.tools(), yes=True)
         return f"ready: all {n} ranks passed the gates (`sparkctl up`)"
 
     return supervisor.Actions(
@@ -196,7 +197,7 @@ def watch(
                          f"autostart {'on' if cluster.autostart else 'off'} (sparkctl_autostart)")
         return
     doc = plan_document(cluster)
-    api_key = serve._api_key(cluster)  # a missing secret is bad input: exit 2 before anything runs
+    api_key = tools_.api_key(cluster)  # a missing secret is bad input: exit 2 before anything runs
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -205,8 +206,9 @@ def watch(
     previous = signal.signal(signal.SIGTERM, on_signal)
     try:
         with events.single_watch(cluster.name):
-            fleet = serve._fleet(cluster)
-            http = serve._http()
+            tools = common.tools()
+            fleet = tools.fleet(cluster)
+            http = tools.http()
             try:
                 actions = _actions(ctx, cluster, doc, fleet, http, api_key)
                 sup = supervisor.Supervisor(

@@ -4,6 +4,7 @@ node named with the nodes left untouched."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,9 @@ import pytest
 
 from sparkctl.ansible import results, runner
 from sparkctl.ansible.plan import Plan
-from sparkctl.cli import serve
+from sparkctl.cli import common, serving
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from sparkctl.serve.up import UpResult
 
 NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
 UPGRADE = """
@@ -70,10 +72,24 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
 
 @pytest.fixture
 def ups(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    """serve.up, the gated start `upgrade` ends with: recorded, not run."""
+    """serve.up.Up, the gated start `upgrade` ends with: its options recorded, not run."""
     calls: list[dict[str, Any]] = []
-    monkeypatch.setattr(serve, "up", lambda ctx, **kw: calls.append(kw))
+
+    class Up:
+        def __init__(self, cluster: Any, doc: Any, tools: Any, out: Any, **kw: Any) -> None:
+            calls.append({k: kw[k] for k in ("force", "restart", "yes")})
+
+        def run(self) -> UpResult:
+            return UpResult(False)
+
+    monkeypatch.setattr(serving, "Up", Up)
     return calls
+
+
+def _terminal(monkeypatch: pytest.MonkeyPatch, interactive: bool, answer: bool = False) -> None:
+    """A terminal (or none) that answers ``answer``."""
+    tools = dataclasses.replace(common.tools(), interactive=lambda: interactive, ask=lambda question: answer)
+    monkeypatch.setattr(common, "tools", lambda: tools)
 
 
 @pytest.fixture
@@ -93,7 +109,7 @@ def test_upgrade_without_pins_is_bad_input_and_runs_nothing(
 
 def test_upgrade_without_a_terminal_needs_yes(run_cli: Any, site: Path, fake: FakeRunner, ups: list[Any],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(serve, "_interactive", lambda: False)
+    _terminal(monkeypatch, False)
     res = run_cli("-i", str(site), "upgrade")
     assert res.code == EXIT_USAGE
     assert "--yes" in res.err
@@ -102,8 +118,7 @@ def test_upgrade_without_a_terminal_needs_yes(run_cli: Any, site: Path, fake: Fa
 
 def test_upgrade_answered_no_changes_nothing(run_cli: Any, site: Path, fake: FakeRunner, ups: list[Any],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(serve, "_interactive", lambda: True)
-    monkeypatch.setattr(serve, "_ask", lambda question: False)
+    _terminal(monkeypatch, True, False)
     res = run_cli("-i", str(site), "upgrade")
     assert res.code == EXIT_FAILED
     assert fake.plans == [] and ups == []
@@ -125,7 +140,7 @@ def test_upgrade_rolls_then_verifies_the_stage_then_runs_the_gated_up(
 
 def test_upgrade_check_mode_stops_after_the_playbook(run_cli: Any, site: Path, fake: FakeRunner,
                                                      ups: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(serve, "_interactive", lambda: False)  # no --yes needed: nothing changes
+    _terminal(monkeypatch, False)  # no --yes needed: nothing changes
     res = run_cli("-i", str(site), "upgrade", "--check")
     assert res.code == EXIT_OK, res.err
     (plan,) = fake.plans
@@ -158,7 +173,7 @@ def test_upgrade_json_names_the_failed_node(run_cli: Any, site: Path, fake: Fake
 
 def test_reset_without_a_terminal_needs_yes(run_cli: Any, example_copy: Path, fake: FakeRunner,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(serve, "_interactive", lambda: False)
+    _terminal(monkeypatch, False)
     res = run_cli("-i", str(example_copy), "reset")
     assert res.code == EXIT_USAGE
     assert "--yes" in res.err
@@ -171,7 +186,7 @@ def test_reset_without_a_terminal_needs_yes(run_cli: Any, example_copy: Path, fa
 def test_reset_plans_the_reset_playbook(run_cli: Any, example_copy: Path, fake: FakeRunner,
                                         monkeypatch: pytest.MonkeyPatch,
                                         flags: tuple[str, ...], purge: bool, check: bool) -> None:
-    monkeypatch.setattr(serve, "_interactive", lambda: False)
+    _terminal(monkeypatch, False)
     res = run_cli("-i", str(example_copy), "reset", *flags, *(() if check else ("--yes",)))
     assert res.code == EXIT_OK, res.err
     (plan,) = fake.plans

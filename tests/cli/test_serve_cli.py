@@ -3,6 +3,7 @@ which playbooks run in which order, what is refused, which exit code, and no sec
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import importlib
 import io
@@ -16,7 +17,7 @@ import pytest
 
 from sparkctl.ansible import runner
 from sparkctl.ansible.plan import Plan
-from sparkctl.cli import serve
+from sparkctl.cli import common
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE
 from sparkctl.serve import faststop, probe
 
@@ -40,14 +41,18 @@ class Site:
         self.plans: list[Plan] = []
         self.fail_playbook: str | None = None
         self.after_up: Any = None
-        monkeypatch.setattr(serve, "_execute", self.execute)
-        monkeypatch.setattr(serve, "_fleet", lambda cluster: self.nodes)
-        monkeypatch.setattr(serve, "_http", self.api.client)
-        monkeypatch.setattr(serve, "_new_run_dir", lambda verb: tmp / f"run-{verb}")
-        monkeypatch.setattr(serve, "_qualify_fn", lambda cluster, run_dir: lambda: (True, "passed"))
+        self.run_dirs: list[Path | None] = []
+        # The serving verbs' collaborators: the real ones (kit reference, question) but for these.
+        self.tools = dataclasses.replace(
+            common.tools(), execute=self.execute, fleet=lambda cluster: self.nodes, http=self.api.client,
+            new_run_dir=lambda verb: tmp / f"run-{verb}",
+            qualify=lambda cluster, run_dir: lambda: (True, "passed"),
+        )
+        monkeypatch.setattr(common, "tools", lambda: self.tools)
 
-    def execute(self, plan: Plan, on_event: Any = None) -> runner.RunResult:
+    def execute(self, plan: Plan, on_event: Any = None, run_dir: Path | None = None) -> runner.RunResult:
         self.plans.append(plan)
+        self.run_dirs.append(run_dir)
         failures = []
         changed = 0
         if plan.playbook == self.fail_playbook:
@@ -143,13 +148,13 @@ def test_up_at_a_terminal_asks_before_replacing_running_ranks(
     _running(site)
     site.nodes.state["spark-1"].unit = "failed"
     asked: list[str] = []
-    monkeypatch.setattr(serve, "_interactive", lambda: True)
+    site.tools.interactive = lambda: True
 
     def ask(question: str) -> bool:
         asked.append(question)
         return answer
 
-    monkeypatch.setattr(serve, "_ask", ask)
+    site.tools.ask = ask
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == code, res.err
     assert len(asked) == 1 and "cluster is degraded" in asked[0]
@@ -164,7 +169,7 @@ def test_up_replaces_failed_units_without_asking(run_cli: Any, site: Site,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     for st in site.nodes.state.values():
         st.unit = "failed"
-    monkeypatch.setattr(serve, "_ask", lambda question: pytest.fail(f"asked: {question}"))
+    site.tools.ask = lambda question: pytest.fail(f"asked: {question}")
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == EXIT_OK, res.err
     assert site.books() == ["up.yml"] and site.stop_rounds() == 1
@@ -222,7 +227,7 @@ def test_a_gate_that_fails_after_a_guard_breach_reports_the_breach(run_cli: Any,
         for st in state.values():
             st.unit = "failed"
 
-    monkeypatch.setattr(serve, "MemoryGuard", Guard)
+    site.tools.memory_guard = Guard
     site.after_up = killed_by_the_guard
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == EXIT_FAILED, res.out + res.err
@@ -286,18 +291,35 @@ def test_ctrl_c_during_the_start_playbook_stops_everything(run_cli: Any, site: S
     assert "all 4 ranks were stopped" in res.err + res.out
 
 
-def test_an_error_while_recording_stops_everything(
-    run_cli: Any, site: Site, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    def no_space(verb: str) -> Path:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(serve, "_new_run_dir", no_space)
+def test_an_error_while_recording_stops_everything(run_cli: Any, site: Site, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    # The run directory cannot be written: the first record after the start fails.
+    site.tools.new_run_dir = lambda verb: blocker / f"run-{verb}"
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == EXIT_FAILED
     assert site.books() == ["up.yml"] and site.stop_rounds() == 1
     assert all(st.unit == "inactive" for st in site.nodes.state.values())
-    assert "No space left on device" in res.err and "all 4 ranks were stopped" in res.err
+    assert "Not a directory" in res.err and "all 4 ranks were stopped" in res.err
+
+
+def test_one_up_one_run_directory(run_cli: Any, site: Site, tmp_path: Path) -> None:
+    """The playbooks an `up` runs and its boot records share the one run directory of the verb."""
+    made: list[str] = []
+
+    def new_run_dir(verb: str) -> Path:
+        made.append(verb)
+        return tmp_path / f"run-{verb}"
+
+    site.tools.new_run_dir = new_run_dir
+    _running(site)
+    site.nodes.state["spark-1"].unit = "failed"
+    site.nodes.calls.clear()
+    res = run_cli("-i", str(site.inventory), "up", "--yes", "--full")
+    assert res.code == EXIT_OK, res.err
+    assert made == ["up"]
+    assert site.books() == ["up.yml"] and site.run_dirs == [tmp_path / "run-up"]
+    assert (tmp_path / "run-up" / "boot-state.json").is_file()
 
 
 def test_a_failed_stop_is_reported_as_such(run_cli: Any, tmp_path: Path,

@@ -4,6 +4,7 @@ names the node, the file and both digests."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import sys
@@ -16,7 +17,7 @@ from fake_runs import reported_run
 
 from sparkctl.ansible import results, runner
 from sparkctl.ansible.plan import Plan, for_stage
-from sparkctl.cli import serve
+from sparkctl.cli import common
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
@@ -120,17 +121,16 @@ def test_up_refuses_a_tampered_kit_and_starts_nothing(run_cli: Any, tmp_path: Pa
     api = fakes.FakeApi(cluster, doc)
     books: list[str] = []
 
-    def execute(plan: Plan, on_event: Any = None) -> runner.RunResult:
+    def execute(plan: Plan, on_event: Any = None, run_dir: Path | None = None) -> runner.RunResult:
         books.append(plan.playbook)
         failures = [runner.Failure("spark-1", VERIFY, TAMPERED)] if plan.playbook == "up.yml" else []
         return runner.RunResult(plan, 2 if failures else 0, "failed" if failures else "successful",
                                 {n: runner.HostStats(ok=1) for n in nodes.state}, failures,
                                 Path("/tmp/fake/artifacts"), Path("/tmp/fake"), 0.1)
 
-    monkeypatch.setattr(serve, "_execute", execute)
-    monkeypatch.setattr(serve, "_fleet", lambda c: nodes)
-    monkeypatch.setattr(serve, "_http", api.client)
-    monkeypatch.setattr(serve, "_new_run_dir", lambda verb: tmp_path / f"run-{verb}")
+    tools = dataclasses.replace(common.tools(), execute=execute, fleet=lambda c: nodes, http=api.client,
+                                new_run_dir=lambda verb: tmp_path / f"run-{verb}")
+    monkeypatch.setattr(common, "tools", lambda: tools)
     res = run_cli("-i", str(cluster.inventory_dir), "up")
     assert res.code == EXIT_FAILED
     assert books[0] == "up.yml" and all(st.unit == "inactive" for st in nodes.state.values())

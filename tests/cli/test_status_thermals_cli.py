@@ -3,6 +3,7 @@ in --json beside an unchanged verdict, and `--format prometheus` parsed by prome
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import sys
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkctl.cli import serve
+from sparkctl.cli import common
 from sparkctl.errors import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
@@ -36,8 +37,8 @@ class Site:
         for name in self.nodes.gpu:
             self.nodes.gpu[name] = dev(60, 2400)
         self.api = fakes.FakeApi(self.cluster, self.doc)
-        monkeypatch.setattr(serve, "_fleet", lambda cluster: self.nodes)
-        monkeypatch.setattr(serve, "_http", self.api.client)
+        tools = dataclasses.replace(common.tools(), fleet=lambda cluster: self.nodes, http=self.api.client)
+        monkeypatch.setattr(common, "tools", lambda: tools)
 
 
 @pytest.fixture
@@ -113,7 +114,7 @@ def test_status_as_prometheus_text(run_cli: Any, site: Site) -> None:
     # Every series under its own prefix; those the node exporter also has keep the exporter's name.
     names = {name for name, _ in got}
     assert all(n.startswith("sparkctl_status_") for n in names)
-    exporter_text = (Path(serve.__file__).parents[1] / "nodeside" / "exporter.py").read_text()
+    exporter_text = (Path(common.__file__).parents[1] / "nodeside" / "exporter.py").read_text()
     mirrored = ["gpu_temperature_celsius", "gpu_sm_clock_hertz", "gpu_sm_clock_max_hertz", "gpu_power_watts",
                 "rank_unit_active", "memory_available_bytes", "shards_verified", "link_up", "link_mtu_bytes"]
     for suffix in mirrored:

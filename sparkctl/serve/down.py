@@ -1,0 +1,133 @@
+"""`down`: stop every rank — rank 0 first, grace period, forced shutdown, SIGKILL backstop.
+
+Over SSH when every node answers (``serve.faststop``: the spark_rank role's stop steps in one round),
+else playbooks/down.yml, which reports every node; nothing at all when every rank unit is inactive.
+``stop_ranks`` is also how `up` stops running ranks before a start and every rank after a failed one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkctl.ansible.plan import for_down
+from sparkctl.errors import InputError, SparkctlError
+from sparkctl.serve import faststop, probe
+from sparkctl.serve.tools import Output, Tools
+
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster
+
+
+@dataclass
+class Stopped:
+    """How every rank was stopped: over SSH, or by playbooks/down.yml where that could not be done."""
+
+    path: str                      # "ssh" | "playbook"
+    ok: bool
+    stopped: bool                  # a rank unit was not inactive before
+    failed_hosts: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    artifact_dir: Path | None = None
+
+
+def stop_ranks(cluster: Cluster, doc: dict[str, Any], fleet: Any, tools: Tools, out: Output,
+               grace_s: int | None = None, over_ssh: bool = True, run_dir: Path | None = None) -> Stopped:
+    """Stop every rank: the spark_rank role's stop steps over SSH in one round (serve/faststop.py);
+    when a node does not answer or its stop fails (or ``over_ssh`` is False), playbooks/down.yml,
+    which reports every node (its records in ``run_dir`` when the verb has one)."""
+    if over_ssh:
+        try:
+            done = faststop.stop(doc, fleet, grace_s)
+            return Stopped("ssh", True, any(what != "inactive" for what in done.values()))
+        except SparkctlError as exc:
+            out.falling_back(f"{exc} ({'; '.join(exc.details)})")
+    result = tools.execute(for_down(cluster, grace_s), out.playbook_event, run_dir)
+    return Stopped("playbook", result.ok, result.changed_total > 0, list(result.failed_hosts),
+                   [str(f) for f in result.failures], result.artifact_dir)
+
+
+def stop_after_failure(cluster: Cluster, doc: dict[str, Any], tools: Tools, out: Output,
+                       run_dir: Path | None = None) -> str:
+    """Stop every rank after a failed start; say what was really stopped (never assume it). Its own
+    SSH connections: the start's may be in the middle of what was interrupted."""
+    fleet = None
+    try:
+        fleet = tools.fleet(cluster)
+        stop = stop_ranks(cluster, doc, fleet, tools, out, run_dir=run_dir)
+    except BaseException as exc:  # even a second Ctrl-C or a runner crash must be reported
+        return f"stopping the ranks failed too ({type(exc).__name__}: {exc}); run `sparkctl down`"
+    finally:
+        if fleet is not None:
+            fleet.close()
+    if stop.ok:
+        return f"all {len(cluster.nodes)} ranks were stopped"
+    where = ", ".join(stop.failed_hosts) or "the controller"
+    return (f"stopping the ranks FAILED on {where} (ranks there may still run; run `sparkctl down`); "
+            f"artifacts: {stop.artifact_dir}")
+
+
+def every_node_answered(facts: Mapping[str, probe.NodeFacts]) -> bool:
+    """True when every node answered the probe: then `down` stops the ranks over SSH
+    (sparkctl.serve.faststop); a node that did not answer is the playbook's to report."""
+    return bool(facts) and all(f.reachable and not f.error for f in facts.values())
+
+
+def nothing_to_stop(facts: Mapping[str, probe.NodeFacts]) -> bool:
+    """True when `down` has nothing to do on any node: every node answered and its rank unit is
+    inactive. A failed unit (the playbook clears its failed state), a unit still starting or
+    stopping, or a node that did not answer (the playbook reports it) goes to the playbook."""
+    return bool(facts) and all(f.reachable and not f.error and f.active == "inactive" for f in facts.values())
+
+
+@dataclass
+class DownResult:
+    path: str                      # "fast" (nothing to stop) | "ssh" | "playbook"
+    stopped: bool
+    facts: Mapping[str, probe.NodeFacts]
+    checked_s: float               # the first probe's seconds
+    seconds: float
+
+    def as_dict(self, cluster_name: str) -> dict[str, Any]:
+        return {"cluster": cluster_name, "result": "down", "stopped": self.stopped, "path": self.path,
+                "nodes": {n: f.active if f.reachable else f"unreachable: {f.error}"
+                          for n, f in self.facts.items()}}
+
+
+class Down:
+    """Stop every rank of ``cluster``; ``full`` runs the playbook even when every node answers."""
+
+    def __init__(self, cluster: Cluster, doc: dict[str, Any], tools: Tools, out: Output,
+                 grace_s: int | None = None, full: bool = False):
+        if grace_s is not None and grace_s < 0:
+            raise InputError("--grace must be >= 0")
+        self.cluster, self.doc, self.tools, self.out = cluster, doc, tools, out
+        self.grace_s, self.full = grace_s, full
+
+    def run(self) -> DownResult:
+        cluster, doc = self.cluster, self.doc
+        fleet = self.tools.fleet(cluster)
+        try:
+            t0 = time.monotonic()
+            facts = None if self.full else probe.collect(cluster, doc, fleet, "watch", timeout=10)
+            checked_s = time.monotonic() - t0
+            stopped = False
+            if facts is not None and nothing_to_stop(facts):
+                path = "fast"
+            else:
+                result = stop_ranks(cluster, doc, fleet, self.tools, self.out, self.grace_s,
+                                    over_ssh=facts is not None and every_node_answered(facts))
+                if not result.ok:
+                    raise SparkctlError("stopping the ranks failed", hint=f"artifacts: {result.artifact_dir}",
+                                        details=result.failures[:12])
+                stopped, path = result.stopped, result.path
+                facts = probe.collect(cluster, doc, fleet, "watch", timeout=10)
+        finally:
+            fleet.close()
+        running = [f"{f.name}: {f.active}" for f in facts.values() if f.reachable and f.active != "inactive"]
+        if running:
+            raise SparkctlError("ranks still running after down", details=running)
+        return DownResult(path, stopped, facts, checked_s, time.monotonic() - t0)

@@ -115,7 +115,9 @@ def busbw_gbps(nbytes: int, seconds: float, world_size: int) -> float:
     return algbw_gbps(nbytes, seconds) * bus_factor(world_size)
 
 
-def summarize(nbytes: int, count: int, per_rank_seconds: Sequence[Sequence[float]], correct: bool) -> dict:
+def summarize(
+    nbytes: int, count: int, per_rank_seconds: Sequence[Sequence[float]], correct: bool
+) -> dict[str, Any]:
     """One size's row from every rank's per-iteration times (``per_rank_seconds[rank][iter]``)."""
     world = len(per_rank_seconds)
     iters = {len(t) for t in per_rank_seconds}
@@ -417,7 +419,9 @@ def _gather_json(torch: Any, dist: Any, device: Any, world: int, obj: Any) -> li
     return [json.loads(bytes(p[: int(n.item())].tolist())) for p, n in zip(parts, sizes, strict=True)]
 
 
-def _measure_size(torch: Any, dist: Any, device: Any, args: argparse.Namespace, nbytes: int) -> dict:
+def _measure_size(
+    torch: Any, dist: Any, device: Any, args: argparse.Namespace, nbytes: int
+) -> dict[str, Any]:
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
     count = nbytes // DTYPE_BYTES[args.dtype]
     world = args.world_size

@@ -9,7 +9,10 @@ loaded with sparkctl's own model (`sparkctl.model.load_inventory`) and rendered 
                 facts (`sparkctl.render.cluster_facts`, the same dict `validate --json` prints)
   switch host:  sparkctl_rendered = {type, name, file, switch_config, ssh_port}, sparkctl_cluster
   every host:   ansible_port = the SSH port the model resolved (Node.ssh_port / Switch.ssh_port), so
-                Ansible connects on the port the firewall opens and the roles' own ssh/rsync use
+                Ansible connects on the port the firewall opens and the roles' own ssh/rsync use;
+                sparkctl_state_dir = the controller's state directory
+                (`sparkctl.ansible.content.state_dir`: $SPARKCTL_STATE_DIR, else the per-user one),
+                under which the roles keep their controller-side caches and backups
 
 Secrets appear only as "<secret:NAME>" markers; their values are read at task time by the
 spark_rank role's sparkctl_rank_secrets lookup, never put into hostvars. A bad inventory stops
@@ -61,6 +64,16 @@ def _sparkctl():
         from sparkctl import render
         from sparkctl.model import load_inventory
     return load_inventory, render
+
+
+def _state_dir() -> str:
+    """sparkctl's controller state directory, from the one function that computes it
+    (``$SPARKCTL_STATE_DIR``, else the per-user state directory); read on every call, since it
+    depends on this process's environment and not on the inventory."""
+    _sparkctl()  # puts the checkout on sys.path where the package is not installed
+    from sparkctl.ansible.content import state_dir
+
+    return str(state_dir())
 
 
 def _stamp(inv: Path):
@@ -137,4 +150,5 @@ class VarsModule(BaseVarsPlugin):
         data = {}
         for host in hosts:
             data.update(per_host.get(host.name, {}))
+        data["sparkctl_state_dir"] = _state_dir()
         return data

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from sparkctl_sim import SGLANG_VERSION
+
 REPO = Path(__file__).resolve().parents[2]
 FAST = {"SPARKCTL_SIM_BOOT_DELAY_S": "0.2", "SPARKCTL_SIM_TTFT_S": "0.01"}
 
@@ -313,7 +315,7 @@ def test_models_server_info_and_metrics(api: Cluster) -> None:
     assert models["data"][0]["max_model_len"] == 4096
     assert request(api.url(0, "/v1/models/other"), headers=AUTH)[0] == 404
     info = request(api.url(0, "/server_info"), headers=AUTH)[1]
-    assert info["simulator"] is True and info["version"] == "0.5.23"
+    assert info["simulator"] is True and info["version"] == SGLANG_VERSION  # tests/unit/test_one_owner.py
     assert (info["tp_size"], info["ep_size"], info["max_running_requests"]) == (2, 2, 2)
     assert info["speculative_dspark_block_size"] == 5 and info["speculative_num_draft_tokens"] == 6
     # As SGLang's own /server_info: its server arguments, the API key in clear (sparkctl strips it

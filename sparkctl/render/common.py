@@ -7,9 +7,12 @@ import re
 import shlex
 import string
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sparkctl.errors import InputError
+
+if TYPE_CHECKING:
+    from sparkctl.profiles import ArgValue
 
 # Files sparkctl owns on a Spark. Roles write exactly these paths; `plan` shows their contents.
 ETC_DIR = "/etc/sparkctl"
@@ -71,7 +74,7 @@ def header(what: str, comment: str = "#") -> str:
     return f"{comment} Rendered by sparkctl: {what}. Edits are overwritten; change the inventory instead.\n"
 
 
-def flag_values(flag: str, value: Any) -> list[str]:
+def flag_values(flag: str, value: ArgValue) -> list[str]:
     """One profile argument as argv words: store_true flags alone, lists as nargs, mappings as JSON."""
     if value is True or value is None:
         return [flag]
@@ -82,7 +85,7 @@ def flag_values(flag: str, value: Any) -> list[str]:
     return [flag, _scalar(value)]
 
 
-def _scalar(value: Any) -> str:
+def _scalar(value: bool | int | float | str) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
@@ -93,11 +96,12 @@ def fill(value: str, places: Mapping[str, str]) -> str:
     return string.Template(value).substitute(places)
 
 
-def fill_arg(value: Any, places: Mapping[str, str]) -> Any:
+def fill_arg(value: ArgValue, places: Mapping[str, str]) -> ArgValue:
+    """A profile argument with its placeholders filled (in a string, or in each string of a list)."""
     if isinstance(value, str):
         return fill(value, places)
     if isinstance(value, list):
-        return [fill_arg(v, places) for v in value]
+        return [fill(v, places) if isinstance(v, str) else v for v in value]
     return value
 
 

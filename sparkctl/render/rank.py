@@ -173,7 +173,7 @@ def run_image(cluster: Cluster) -> str:
     return images.run_reference(str(cluster.runtime.image))
 
 
-def bind(src: Any, dst: str, readonly: bool = False) -> str:
+def bind(src: str | PurePosixPath, dst: str, readonly: bool = False) -> str:
     """One ``--mount`` value: a bind mount of a host path."""
     return f"type=bind,src={src},dst={dst}" + (",readonly" if readonly else "")
 

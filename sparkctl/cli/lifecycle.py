@@ -27,12 +27,13 @@ from sparkctl.ansible import plan as planning
 from sparkctl.ansible import results, runner
 from sparkctl.cli import common
 from sparkctl.cli import preflight as preflight_cli
-from sparkctl.cli import stage as stage_cli
 from sparkctl.cli.common import YesOption, confirm, run_with_table
 from sparkctl.cli.serving import start_group
 from sparkctl.cli.shell import PROVISION, example
+from sparkctl.cli.stage_view import summary_table
 from sparkctl.errors import EXIT_FAILED, SparkctlError
 from sparkctl.model import Cluster, load_inventory
+from sparkctl.stage.summaries import node_summaries
 
 
 def _nodes(cluster: Cluster) -> list[str]:
@@ -123,9 +124,9 @@ def verify_staged(ctx: typer.Context, cluster: Cluster) -> None:
     and the shards on every node; any difference stops the upgrade before `up`."""
     plan = planning.for_stage(cluster, "all", verify_only=True)
     result = common.tools().execute(plan, common.event_printer(ctx.obj.verbose))
-    summaries = stage_cli.node_summaries(result)
+    summaries = node_summaries(result)
     if not ctx.obj.json:
-        ui.console.print(stage_cli.summary_table(cluster, summaries, True, "all"))
+        ui.console.print(summary_table(cluster, summaries, True, "all"))
     if not result.ok:
         raise SparkctlError(
             f"stage verification failed on {', '.join(result.failed_hosts) or 'the controller'} after the "

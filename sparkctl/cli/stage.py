@@ -14,16 +14,17 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from sparkctl import ui
-from sparkctl.ansible import plan, results, runner
+from sparkctl.ansible import plan, runner
 from sparkctl.cli.common import kit_reference
 from sparkctl.cli.shell import STAGE, example
+from sparkctl.cli.stage_view import summary_table
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.model import load_inventory
 from sparkctl.ssh import fleet as remote
 from sparkctl.stage import faststage, progress
+from sparkctl.stage.summaries import node_summaries
 
 
 class What(StrEnum):
@@ -58,135 +59,6 @@ def _say_path(fast: faststage.StageCheck, nodes: int) -> None:
         return
     for line in fast.playbook_lines("playbooks/stage.yml"):
         ui.console.print(line)
-
-
-def node_summaries(result: runner.RunResult) -> dict[str, dict[str, Any]]:
-    """Per node: the staging summary (spark_stage_verify's ``stage``), transfer and packing figures.
-
-    ``status`` can build the same per-node view by running the role's ``facts`` tasks
-    (``include_role: {name: spark_stage, tasks_from: facts}``) and reading ``stage``.
-    """
-    out: dict[str, dict[str, Any]] = {}
-    # playbooks/stage.yml reports {stage, transfer, pack} per node under results.STAGE (set_stats).
-    for host, rep in results.per_host(result, results.STAGE).items():
-        node = out.setdefault(host, {})
-        if isinstance(rep.get("stage"), dict):
-            node.update(rep["stage"])
-        transfer, pack = rep.get("transfer") or {}, rep.get("pack") or {}
-        if transfer and not transfer.get("skipped"):
-            node["transfer"] = {
-                k: transfer.get(k) for k in ("counts", "bytes_moved", "bytes_total", "seconds", "rate_mib_s")
-            }
-        if pack and not pack.get("skipped"):
-            node["pack"] = {
-                k: pack.get(k) for k in ("changed", "bytes_written", "seconds", "rate_mib_s", "actions")
-            }
-    # playbooks/stage.yml reports the serving kit per node under results.KIT (set_stats).
-    for host, rep in results.per_host(result, results.KIT).items():
-        kit = {k: rep.get(k) for k in ("version", "tree_sha256", "verified", "files", "current", "switched")}
-        transfer, image = rep.get("transfer") or {}, rep.get("image") or {}
-        if transfer and not transfer.get("skipped"):
-            kit["transfer"] = {
-                k: transfer.get(k) for k in ("counts", "bytes_moved", "bytes_total", "seconds")
-            }
-        if image and not image.get("skipped"):
-            kit["image"] = {k: image.get(k) for k in ("checked", "image_id", "reason")}
-        out.setdefault(host, {})["kit"] = kit
-    # playbooks/stage.yml reports the engine image per node under results.IMAGE (set_stats).
-    for host, rep in results.per_host(result, results.IMAGE).items():
-        if isinstance(rep, dict):
-            out.setdefault(host, {})["image"] = dict(rep)
-    for failure in result.failures:
-        out.setdefault(failure.host, {})["error"] = failure.msg
-    return out
-
-
-def _kit_cell(kit: dict[str, Any] | None) -> str:
-    if not kit:
-        return ui.SKIP
-    version = str(kit.get("version") or "?")
-    short = version[:12] if not version.startswith("tree-") else version
-    if kit.get("verified") and kit.get("current") == kit.get("version"):
-        return f"{ui.OK} {short} verified"
-    if kit.get("verified"):
-        return f"{ui.OK} {short} verified (current: {kit.get('current') or 'none'})"
-    return f"{ui.FAIL} {short} not verified"
-
-
-def _image_cell(image: dict[str, Any] | None) -> str:
-    """The image ID (short) and what this node received; a dash when the image was not staged."""
-    if not image:
-        return ui.SKIP
-    ident = str(image.get("id") or "")
-    if not ident:
-        return f"{ui.FAIL} none"
-    text = f"{ui.OK} {ident.split(':')[-1][:12]}"
-    moved = int(image.get("bytes_moved") or 0)
-    if moved:
-        text += f" ({moved / (1 << 30):.2f} GiB @ {float(image.get('rate_mib_s') or 0):.0f} MiB/s)"
-    elif "bytes_moved" in image:
-        text += " (moved 0 B)"
-    return text
-
-
-def _flag(section: dict[str, Any] | None) -> str:
-    if not section:
-        return ui.SKIP
-    if section.get("verified"):
-        return ui.OK + " verified"
-    if section.get("present"):
-        return ui.FAIL + " present, not verified"
-    return ui.FAIL + " missing"
-
-
-def summary_table(
-    cluster: Any, summaries: dict[str, dict[str, Any]], verify_only: bool, what: str = "all"
-) -> Table:
-    """One row per node; a node's error goes under the kit when the kit was staged and did not
-    report (its play failed there), else under the checkpoint."""
-    kit_staged = what == "kit" or (what == "all" and getattr(cluster, "kit", None) is not None)
-    title = "stage --verify-only" if verify_only else "stage"
-    table = Table(title=f"{title}: {cluster.name}", title_justify="left")
-    for col in ("node", "rank", "kit", "image", "checkpoint", "engram shards", "moved", "packed"):
-        table.add_column(col)
-    for node in cluster.nodes:
-        s = summaries.get(node.name, {})
-        moved = ""
-        if s.get("transfer"):
-            t = s["transfer"]
-            moved = (
-                f"{(t.get('bytes_moved') or 0) / (1 << 30):.2f} GiB @ {t.get('rate_mib_s') or 0:.0f} MiB/s"
-            )
-        packed = ""
-        if s.get("pack"):
-            p = s["pack"]
-            packed = (
-                f"{(p.get('bytes_written') or 0) / (1 << 30):.2f} GiB @ {p.get('rate_mib_s') or 0:.0f} MiB/s"
-                if p.get("bytes_written")
-                else "kept"
-            )
-        eng = s.get("engram")
-        eng_text = _flag(eng)
-        if eng and eng.get("files"):
-            eng_text += f" ({len(eng['files'])} × r{s.get('rank')}of{s.get('tp')})"
-        kit = s.get("kit")
-        if kit and kit.get("transfer") and kit["transfer"].get("bytes_moved"):
-            kit_moved = f"kit {kit['transfer']['bytes_moved'] / (1 << 20):.1f} MiB"
-            moved = f"{kit_moved} + {moved}" if moved else kit_moved
-        row = [
-            node.name, str(node.rank), _kit_cell(kit), _image_cell(s.get("image")),
-            _flag(s.get("weights")), eng_text, moved, packed,
-        ]
-        if s.get("error"):
-            image_staged = what == "image" or (what == "all" and cluster.runtime.kind == "container")
-            if kit_staged and not kit:
-                row[2] = f"{ui.FAIL} {s['error']}"[:100]
-            elif image_staged and not s.get("image"):
-                row[3] = f"{ui.FAIL} {s['error']}"[:100]
-            else:
-                row[4] = f"{ui.FAIL} {s['error']}"[:100]
-        table.add_row(*row)
-    return table
 
 
 def stage(

@@ -22,6 +22,7 @@ from typer.main import get_command
 
 from sparkctl.cli import _register, app
 from sparkctl.cli import qa as qa_cli
+from sparkctl.cli import qa_view
 from sparkctl.cli.shell import BUDGET_ENV, PANELS
 
 LIFECYCLE = ["validate", "plan", "profiles", "preflight", "provision", "switch", "check", "stage",
@@ -215,7 +216,7 @@ def test_results_directory_comes_from_the_environment(
     def no_guard(cluster: Any) -> Any:  # the example's nodes are not there to be sampled
         yield SimpleNamespace(record_dir=None, summary=lambda: {"breach": None, "lowest_gib": None})
 
-    monkeypatch.setattr(qa_cli, "run_qualify", fake_qualify)
+    monkeypatch.setattr(qa_view, "run_qualify", fake_qualify)
     monkeypatch.setattr(qa_cli, "_guard", no_guard)
     quiet = SimpleNamespace(summary=dict)  # nor their GPUs
     monkeypatch.setattr(qa_cli, "_thermals", lambda cluster: contextlib.nullcontext(quiet))

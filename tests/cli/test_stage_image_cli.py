@@ -13,9 +13,10 @@ from rich.console import Console
 
 from sparkctl.ansible import results, runner
 from sparkctl.ansible.plan import Plan
-from sparkctl.cli import stage as stage_cli
+from sparkctl.cli.stage_view import summary_table
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from sparkctl.model import load_inventory
+from sparkctl.stage.summaries import node_summaries
 
 NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
 HEAD_ID = "sha256:" + "d" * 64
@@ -57,8 +58,8 @@ def test_stage_image_runs_the_stage_playbook_and_shows_the_id(
     assert res.code == EXIT_OK, res.err
     (plan,) = fake.plans
     assert plan.playbook == "stage.yml" and plan.extravars["spark_stage_what"] == "image"
-    summaries = stage_cli.node_summaries(fake(plan))
-    table = stage_cli.summary_table(load_inventory(example_copy), summaries, False, "image")
+    summaries = node_summaries(fake(plan))
+    table = summary_table(load_inventory(example_copy), summaries, False, "image")
     wide = Console(width=250, record=True)
     wide.print(table)
     text = wide.export_text()

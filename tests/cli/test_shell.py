@@ -20,9 +20,8 @@ from typer._click import Command
 from typer.core import TyperGroup
 from typer.main import get_command
 
-from sparkctl.cli import _register, app
+from sparkctl.cli import _register, app, qa_view
 from sparkctl.cli import qa as qa_cli
-from sparkctl.cli import qa_view
 from sparkctl.cli.shell import BUDGET_ENV, PANELS
 
 LIFECYCLE = ["validate", "plan", "profiles", "preflight", "provision", "switch", "check", "stage",

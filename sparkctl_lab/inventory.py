@@ -173,7 +173,9 @@ def ssh_config_text(inv: LabInventory) -> str:
         "  GlobalKnownHostsFile /dev/null",
         "  StrictHostKeyChecking yes",
         "  BatchMode yes",
-        "  ConnectTimeout 5",
+        # TCP and the banner exchange: the lab's nodes share the controller's cores, and at load
+        # ~12 a banner took longer than 5 s (`Connection timed out during banner exchange`)
+        "  ConnectTimeout 30",
         "  LogLevel ERROR",
         "",
     ]

@@ -31,6 +31,10 @@ from sparkctl_lab.wiring import (
 
 BOOT_TIMEOUT_S = 120.0
 SSH_TIMEOUT_S = 60.0
+# After the port opens: each login attempt may take this long (a loaded node's banner), and
+# attempts go on for the window (was 2 s within 15 s: too short at load ~12).
+SSH_LOGIN_TIMEOUT_S = 15.0
+SSH_LOGIN_WINDOW_S = 60.0
 NODE_ENV = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "LANG": "C.UTF-8",
@@ -421,10 +425,11 @@ def wait_ssh(machine: str, inventory_dir: Path, timeout: float = SSH_TIMEOUT_S) 
             return False
 
     def ssh_ok() -> bool:
+        # The banner of a node that just booted, on a busy controller, can take several seconds.
         cfg = str(inventory_dir / lab_inventory.SSH_CONFIG_FILE)
-        return host.ok(["ssh", "-F", cfg, "-o", "ConnectTimeout=2", machine, "true"])
+        return host.ok(["ssh", "-F", cfg, "-o", f"ConnectTimeout={SSH_LOGIN_TIMEOUT_S:.0f}", machine, "true"])
 
-    if not host.wait_until(port_open, timeout, 0.2) or not host.wait_until(ssh_ok, 15, 0.3):
+    if not host.wait_until(port_open, timeout, 0.2) or not host.wait_until(ssh_ok, SSH_LOGIN_WINDOW_S, 0.5):
         raise SparkctlError(
             f"{machine} is not reachable over SSH at {addr}",
             hint=f"see {state.paths(machine).console_log}, or `sparkctl lab exec {machine} -- journalctl -b`",

@@ -29,13 +29,17 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:  # sparkctl_lab is imported only after _lab_instance() chose the lab
+    from sparkctl_lab.guard import Guard
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -204,6 +208,44 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"{stream}: {last - first:.0f} s")
 
 
+# --- one broken lab never takes the rest of its stream with it ----------------------------------
+# Before each lab test (ahead of its module's fixtures) the guard checks that the lab is whole: its
+# state file, its inventory and every machine (sparkctl_lab.guard.damage: files and PIDs only). A
+# lab that lost any of them — to a failed test, a chaos hook not undone, anything — is rebuilt
+# with `lab up`, and the test carries a warning saying what was missing and after which test;
+# a lab that cannot be rebuilt fails that test, and the rest of the stream is skipped with that
+# one reason instead of failing one by one on a missing inventory.
+_guard: Guard | None = None  # the lab fixture's, while the lab is up
+
+
+class LabRebuilt(UserWarning):
+    """The lab was found broken before a test and was rebuilt (the message says what was missing)."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    guard = _guard
+    if guard is None or "lab" not in getattr(item, "fixturenames", ()):
+        return
+    if guard.broken is not None:  # a rebuild already failed (and failed that test): one reason for the rest
+        pytest.skip(guard.broken)
+    from sparkctl_lab.guard import LabLost
+
+    try:
+        line = guard.before(item.nodeid)
+    except LabLost as lost:  # this test fails with the reason; the rest are skipped with it
+        pytest.fail(str(lost), pytrace=False)
+    if line:
+        sys.stderr.write(f"\n{line}\n")
+        warnings.warn(LabRebuilt(line), stacklevel=1)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    if _guard is not None and "lab" in getattr(item, "fixturenames", ()):
+        _guard.after(item.nodeid)
+
+
 def lab_unavailable_reason() -> str | None:
     """Why the lab cannot run here, or None when it can."""
     if platform.system() != "Linux":
@@ -218,6 +260,12 @@ def lab_unavailable_reason() -> str | None:
     if not rootfs.is_built(rootfs.rootfs_path()) and shutil.which("debootstrap") is None:
         return "no cached lab rootfs and no debootstrap to build one: apt-get install -y debootstrap"
     return None
+
+
+# What ssh prints when a loaded node's sshd accepted the connection but did not answer in time or
+# dropped it before the login (plugins/strategy/sparkctl_linear.py retries the same for Mitogen).
+TRANSIENT_SSH = ("during banner exchange", "kex_exchange_identification", "Connection reset by peer",
+                 "Connection closed by remote host")
 
 
 @dataclass
@@ -274,9 +322,16 @@ class Lab:
     def ssh(
         self, machine: str, command: str, *, check: bool = True, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
-        """Run a shell command on a lab machine over real SSH (host key checked)."""
+        """Run a shell command on a lab machine over real SSH (host key checked). A connection a
+        busy node's sshd dropped or left without a banner (exit 255, TRANSIENT_SSH) is tried again
+        after 1 s, then 2 s."""
         argv = ["ssh", "-F", str(self.ssh_config), machine, command]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        for pause in (1.0, 2.0, None):
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
+            if pause is None or proc.returncode != 255 or not any(t in proc.stderr for t in TRANSIENT_SSH):
+                break
+            time.sleep(pause)
         if check and proc.returncode != 0:
             raise AssertionError(f"ssh {machine} {command!r} exited {proc.returncode}: {proc.stderr.strip()}")
         return proc
@@ -545,7 +600,14 @@ def lab() -> Iterator[Lab]:
     if not shared and not (keep and control.is_up()):
         control.down()
     sizes = dict.fromkeys(topology.node_names(), gib) if gib else None
-    report = control.up(LAB_INVENTORY, None if control.is_up() else sizes)
+    try:
+        report = control.up(LAB_INVENTORY, None if control.is_up() else sizes)
+    except Exception as exc:  # e.g. a node whose SSH did not answer in time
+        if shared:
+            raise
+        sys.stderr.write(f"\nlab up failed ({exc}): taking it down and bringing it up once more\n")
+        control.down()
+        report = control.up(LAB_INVENTORY, sizes)
     sys.stderr.write(
         f"\nlab {'shared with another session' if shared else 'up'} in {time.monotonic() - t0:.1f}s "
         f"(rootfs build: {report.rootfs_build_s or 0:.0f}s): {json.dumps(report.system)}\n"
@@ -556,9 +618,21 @@ def lab() -> Iterator[Lab]:
     gibs = {st.machines[n].nvme_gib for n in topology.node_names() if st and n in st.machines}
     handle = Lab(inventory=LAB_INVENTORY, nvme_gib=gibs.pop() if len(gibs) == 1 else None)
     _default_checkpoint(handle.checkpoint_dir)
+
+    def rebuild() -> None:
+        global _last_stage
+        control.up(LAB_INVENTORY, None if control.is_up() else sizes)
+        _last_stage = None  # a rebuilt node may have lost what was staged
+        _default_checkpoint(handle.checkpoint_dir)
+
+    from sparkctl_lab.guard import Guard, damage
+
+    global _guard
+    _guard = Guard(check=lambda: damage(LAB_INVENTORY), rebuild=rebuild)
     try:
         yield handle
     finally:
+        _guard = None
         me.unlink(missing_ok=True)
     if keep or other_lab_users():
         sys.stderr.write(f"\nlab left up (SPARKCTL_LAB_KEEP=1 or another session uses it): {LAB_INVENTORY}\n")

@@ -5,7 +5,9 @@ The fast paths of `up` and `stage` check a node with the same code the roles' mo
 script holds those modules' sources. On the node, the loader puts them into an in-memory package
 (``sparkctl_node.<name>``) in the order given, dependencies first, so their relative imports resolve
 as they do on the controller. The script reads its parameters from its own text, which comes on
-stdin, never from argv. ``shipped(name)`` returns a loaded module.
+stdin, never from argv. ``shipped(name)`` returns a loaded module; the last module shipped is the
+program: its ``main(params, shipped)`` runs (``nodeside.upcheck``, ``nodeside.stagecheck``), a real
+module that ruff, mypy and the unit tests read like any other.
 """
 
 from __future__ import annotations
@@ -45,10 +47,13 @@ def sources(modules: Iterable[str]) -> list[tuple[str, str]]:
     return [(q, (PACKAGE / (q.replace(".", "/") + ".py")).read_text()) for q in modules]
 
 
-def python_script(modules: Iterable[str], body: str, params: Mapping[str, Any], eof: str) -> str:
-    """Shell text running ``body`` under python3 with ``modules`` loaded; ``body`` defines
-    ``main(params)``, which is called with ``params``. ``eof`` ends the here-document."""
-    text = (f"ROOT = {ROOT!r}\nSOURCES = {json.dumps(json.dumps(sources(modules)))}\n" + _LOADER + body
+def python_script(modules: Iterable[str], params: Mapping[str, Any], eof: str) -> str:
+    """Shell text running, under python3, the last of ``modules`` with all of them loaded: its
+    ``main(params, shipped)`` is called with ``params`` and the loader's ``shipped`` (which gives a
+    loaded module by name, e.g. ``"stage.image"``). ``eof`` ends the here-document."""
+    names = list(modules)
+    text = (f"ROOT = {ROOT!r}\nSOURCES = {json.dumps(json.dumps(sources(names)))}\n" + _LOADER
+            + f"def main(params):\n    shipped({names[-1]!r}).main(params, shipped)\n"
             + f"\nmain(json.loads({json.dumps(json.dumps(dict(params)))}))\n")
     if eof in text:
         raise ValueError(f"the script text holds its own end marker {eof}")

@@ -19,8 +19,9 @@ repairs the files or refuses as it always did. Otherwise :func:`start` starts th
 in ``sparkctl.render.rank.start_waves`` order — the list the role's start tasks loop over — each
 wave only after every unit of the one before is active.
 
-The node-side code travels as source inside the script (``sparkctl.nodeside.ship``): the kit and
-image modules under their own package names, so their relative imports resolve as on the controller.
+The node-side code travels as source inside the script (``sparkctl.nodeside.ship``): the check
+itself (``sparkctl.nodeside.upcheck``) and the kit and image modules it reads with, under their own
+package names, so their relative imports resolve as on the controller.
 """
 
 from __future__ import annotations
@@ -42,64 +43,18 @@ from sparkctl.render.rank import start_waves
 from sparkctl.serve import probe
 from sparkctl.serve.probe import FleetLike
 
-# Shipped to the node (sparkctl.nodeside.ship), dependencies first.
-NODE_MODULES = ("nodeside.kit", "nodeside.images", "nodeside.manifests", "stage.manifest", "stage.image")
+# Shipped to the node (sparkctl.nodeside.ship), dependencies first; the last is the check it runs.
+NODE_MODULES = ("nodeside.kit", "nodeside.images", "nodeside.manifests", "stage.manifest", "stage.image",
+                "nodeside.upcheck")
 # Seconds a started unit may take to become active (the role's spark_rank_start_wait_s).
 START_WAIT_S = 30
 # Tries of `systemctl start` (a start right after a stop can meet a cgroup still being torn down).
 START_TRIES = 3
 
 
-# Runs on the node (after ``ship``'s loader has loaded NODE_MODULES), then the check. Reads only.
-_NODE_CHECK = r'''
-import hashlib, hmac, os, subprocess
-kit = shipped("nodeside.kit"); image = shipped("stage.image")
-
-def keyed(path, key):
-    h = hmac.new(bytes.fromhex(key), digestmod=hashlib.sha256)
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-def stat(path):
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return {"mode": "%04o" % (st.st_mode & 0o7777), "uid": st.st_uid, "gid": st.st_gid,
-            "file": os.path.isfile(path) and not os.path.islink(path), "dir": os.path.isdir(path)}
-
-def main(p):
-    out = {"mode": "upcheck", "files": {}, "dirs": {}}
-    for path in p["files"]:
-        st = stat(path)
-        if st is not None and st["file"]:
-            try:
-                st["digest"] = keyed(path, p["hash_key"])
-            except OSError as exc:
-                st["error"] = str(exc)
-        out["files"][path] = st
-    for path in p["dirs"]:
-        out["dirs"][path] = stat(path)
-    try:
-        argv = ["systemctl", "show", "-p", "NeedDaemonReload", "-p", "LoadState", p["unit"]]
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                              timeout=20)
-        out["unit"] = dict(l.partition("=")[::2] for l in proc.stdout.splitlines() if "=" in l)
-    except (OSError, subprocess.SubprocessError) as exc:
-        out["unit"] = {"error": str(exc)[:200]}
-    if p.get("kit"):
-        out["kit"] = kit.staged_check(**p["kit"])
-    if p.get("image"):
-        out["image"] = image.staged_answer(**p["image"])
-    print(json.dumps(out))
-'''
-
-
 def check_script(params: Mapping[str, Any]) -> str:
     """Shell text that runs the node check with ``params`` under python3 (on stdin, not in argv)."""
-    return ship.python_script(NODE_MODULES, _NODE_CHECK, params, "SPARKCTL_UPCHECK_EOF")
+    return ship.python_script(NODE_MODULES, params, "SPARKCTL_UPCHECK_EOF")
 
 
 # --- what the node must hold --------------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 A `stage` with nothing to move still costs the playbook's ~90 tasks (30–40 s on the lab) before it
 says so. When every node already holds what the playbook would leave there, one check round per
-node (:func:`check`) says the same in seconds. The check runs the roles' own code on the node
-(shipped by ``sparkctl.nodeside.ship``):
+node (:func:`check`) says the same in seconds. The check (``sparkctl.nodeside.stagecheck``) runs
+the roles' own code on the node (shipped by ``sparkctl.nodeside.ship``):
 
 * the serving kit: every file against the kit's manifest, and ``current`` pointing at the
   configured version (``nodeside.kit.verify_tree``, what spark_kit's switch verifies);
@@ -36,50 +36,15 @@ from sparkctl.nodeside import ship
 from sparkctl.render.kit import kit_facts
 from sparkctl.stage import manifest as mf
 
-# Shipped to the node, dependencies first.
+# Shipped to the node, dependencies first; the last is the check it runs.
 NODE_MODULES = ("nodeside.kit", "nodeside.images", "nodeside.manifests", "stage.manifest", "stage.image",
-                "stage.safetensors", "stage.writeback", "stage.dsv41en1")
+                "stage.safetensors", "stage.writeback", "stage.dsv41en1", "nodeside.stagecheck")
 SHOWN = 3
-
-# Runs on the node (after ship's loader), reads only.
-_NODE_CHECK = r'''
-import os
-kit = shipped("nodeside.kit"); image = shipped("stage.image"); mf = shipped("stage.manifest")
-engram = shipped("stage.dsv41en1")
-
-def main(p):
-    out = {"mode": "stagecheck"}
-    if p.get("kit"):
-        out["kit"] = kit.staged_check(**p["kit"])
-    if p.get("image"):
-        out["image"] = image.staged_answer(**p["image"])
-    if p.get("weights"):
-        w = p["weights"]
-        root = w["model_dir"]
-        try:
-            local = mf.load(root) if os.path.isdir(root) else None
-            problems = mf.verify(root, w["expected"], full=False, local=local)
-            wanted = set(e["path"] for e in w["expected"].get("files", []))
-            extra = [r for r in mf.list_files(root) if r not in wanted] if os.path.isdir(root) else []
-            out["weights"] = {"problems": problems[:50], "count": len(problems), "extra": extra[:50]}
-        except (mf.ManifestError, OSError, ValueError) as exc:
-            out["weights"] = {"error": str(exc)[:300]}
-    if p.get("engram"):
-        e = p["engram"]
-        try:
-            res = engram.check_rank(e["model_dir"], e["engram_dir"], e["rank"], e["tp"], engram.LAYERS,
-                                    "quick")
-            out["engram"] = {"present": res.present, "verified": res.verified, "files": res.files,
-                             "problems": res.problems[:50]}
-        except Exception as exc:  # any failure to read is a reason for the playbook, never a pass
-            out["engram"] = {"error": str(exc)[:300]}
-    print(json.dumps(out))
-'''
 
 
 def check_script(params: Mapping[str, Any]) -> str:
     """Shell text that runs the node check with ``params`` under python3 (on stdin, not in argv)."""
-    return ship.python_script(NODE_MODULES, _NODE_CHECK, params, "SPARKCTL_STAGECHECK_EOF")
+    return ship.python_script(NODE_MODULES, params, "SPARKCTL_STAGECHECK_EOF")
 
 
 # --- what each `what` stages (playbooks/stage.yml's conditions) ---------------------------------

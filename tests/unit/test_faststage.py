@@ -17,6 +17,7 @@ import pytest
 
 from sparkctl.nodeside import kit as nodekit
 from sparkctl.nodeside import ship
+from sparkctl.serve import fastup
 from sparkctl.ssh.fleet import HostResult
 from sparkctl.stage import dsv41en1, faststage
 from sparkctl.stage import image as stage_image
@@ -168,7 +169,7 @@ def test_a_build_puts_the_key_on_the_image(tmp_path: Path, monkeypatch: pytest.M
         None, "docker/Dockerfile names its base by a build argument ($BASE)")
 
 
-@pytest.mark.parametrize("modules", [faststage.NODE_MODULES], ids=["stage"])
+@pytest.mark.parametrize("modules", [faststage.NODE_MODULES, fastup.NODE_MODULES], ids=["stage", "up"])
 def test_every_shipped_module_finds_what_it_imports_shipped_before_it(modules: tuple[str, ...]) -> None:
     """A relative import (``from .x import``, ``from ..pkg import x``) names a module shipped earlier."""
     shipped: list[str] = []

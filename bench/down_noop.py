@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stage_noop import lab_ssh, spread  # the same lab SSH and median/min/max as the stage bench
+from _stats import spread  # the one median/min/max summary of bench/
+from stage_noop import lab_ssh  # the same lab SSH as the stage bench
 
 REPO = Path(__file__).resolve().parents[1]
 INVENTORY = REPO / "inventory" / "lab"
@@ -80,7 +81,7 @@ def main() -> int:
               "next_run_s": round(after_wall, 2), "next_path": after_doc["path"], "unit_after": state}
     caught = change["path"] == "ssh" and change["next_path"] == "fast" and state == "inactive"
 
-    fast_s, full_s = spread(fast), spread(full)
+    fast_s, full_s = spread(fast, runs=True, unit="_s"), spread(full, runs=True, unit="_s")
     print(f"{'variant':30} {'median s':>9} {'min':>7} {'max':>7}")
     for label, row in (("down, nothing running (fast)", fast_s), ("down --full", full_s)):
         print(f"{label:30} {row['median_s']:9.1f} {row['min_s']:7.1f} {row['max_s']:7.1f}")

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _stats import spread  # the one median/min/max summary of bench/
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,10 +63,6 @@ def parse(body: str) -> tuple[float | None, list[str]]:
             elif s.name == "sparkctl_exporter_section_ok" and s.value != 1:
                 failed.append(s.labels["section"])
     return collect, failed
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def main() -> int:
@@ -114,7 +111,7 @@ def main() -> int:
 
     report: dict[str, Any] = {"inventory": args.inventory, "rounds": args.rounds, "nodes": {}}
     for name, s in samples.items():
-        entry: dict[str, Any] = {k: spread(v) for k, v in s.items() if v}
+        entry: dict[str, Any] = {k: spread(v, digits=None) for k, v in s.items() if v}
         entry["bytes"] = size.get(name)
         if s["scrape"] and s["baseline"]:
             scrape, baseline = statistics.median(s["scrape"]), statistics.median(s["baseline"])

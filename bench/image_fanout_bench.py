@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from _stats import spread  # the one median/min/max summary of bench/
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         pairs = [x / y for x, y in zip(rates[a], rates[b], strict=True)]
         return {
             "ratio": round(statistics.median(rates[a]) / statistics.median(rates[b]), 3),
-            "pairs": stage_bench.spread(pairs),
+            "pairs": spread(pairs, digits=3),
         }
 
     result: dict[str, Any] = {
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         "archive_bytes": size,
         "workers": len(workers),
         "rounds": args.rounds,
-        "mib_s": {k: stage_bench.spread(v) for k, v in rates.items()},
+        "mib_s": {k: spread(v, digits=3) for k, v in rates.items()},
         "stage_image_wall_s": round(statistics.median(walls), 2),
         "rerun_wall_s": round(again["wall_s"], 2),
         "rerun_bytes_moved": sum(int(v.get("bytes_moved") or 0) for v in again["nodes"].values()),

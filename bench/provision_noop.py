@@ -21,12 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from _stats import spread  # the one median/min/max summary of bench/
 
 REPO = Path(__file__).resolve().parents[1]
 INVENTORY = REPO / "inventory" / "lab"
@@ -74,15 +75,6 @@ def lab_ssh(node: str, command: str) -> None:
     )
 
 
-def spread(xs: list[float]) -> dict[str, Any]:
-    return {
-        "median_s": round(statistics.median(xs), 2),
-        "min_s": round(min(xs), 2),
-        "max_s": round(max(xs), 2),
-        "runs_s": [round(x, 2) for x in xs],
-    }
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -125,7 +117,7 @@ def main() -> int:
         and not drift["next_roles_run"]
     )
 
-    fast_s, full_s = spread(fast), spread(full)
+    fast_s, full_s = spread(fast, runs=True, unit="_s"), spread(full, runs=True, unit="_s")
     print(f"{'variant':28} {'median s':>9} {'min':>7} {'max':>7}")
     for label, row in (("no-op provision (fast path)", fast_s), ("no-op provision --full", full_s)):
         print(f"{label:28} {row['median_s']:9.1f} {row['min_s']:7.1f} {row['max_s']:7.1f}")

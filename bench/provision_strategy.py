@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from _stats import spread  # the one median/min/max summary of bench/
 
 REPO = Path(__file__).resolve().parents[1]
 INVENTORY = REPO / "inventory" / "lab"
@@ -52,11 +53,6 @@ def changed(doc: dict[str, Any]) -> int:
     return sum(int(stats.get("changed", 0)) for stats in (doc.get("hosts") or {}).values())
 
 
-def spread(xs: list[float]) -> dict[str, Any]:
-    return {"median": round(statistics.median(xs), 2), "min": round(min(xs), 2), "max": round(max(xs), 2),
-            "runs": [round(x, 2) for x in xs]}
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", "--repeat", type=int, default=5,
@@ -71,7 +67,7 @@ def main() -> int:
             runs[variant]["wall_s"].append(wall)
             runs[variant]["busy_core_s"].append(cpu)
             print(f"{variant:8} {i + 1}: {wall:5.1f} s wall, {cpu:5.1f} busy core-s", flush=True)
-    report = {v: {k: spread(xs) for k, xs in m.items()} for v, m in runs.items()}
+    report = {v: {k: spread(xs, runs=True) for k, xs in m.items()} for v, m in runs.items()}
     ratios = {k: round(report["linear"][k]["median"] / report["mitogen"][k]["median"], 2)
               for k in ("wall_s", "busy_core_s")}
     mit, lin = report["mitogen"], report["linear"]

@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _stats import spread  # the one median/min/max summary of bench/
+
 REPO = Path(__file__).resolve().parents[1]
 CODE = REPO / "roles" / "spark_stage" / "module_utils"  # holds sparkctl/{stage,nodeside} -> sparkctl/…
 SYNTH = REPO / "tests" / "fixtures" / "synth_checkpoint.py"
@@ -192,15 +194,6 @@ def lab_hosts(n: int) -> list[Host]:
     return hosts
 
 
-def spread(values: list[float]) -> dict[str, float]:
-    """Median, min and max of repeated measurements (the host is shared: quote all three)."""
-    return {
-        "median": round(statistics.median(values), 3),
-        "min": round(min(values), 3),
-        "max": round(max(values), 3),
-    }
-
-
 def raw_copy(head: Host, peer: Host, paths: list[str]) -> float:
     """MiB/s of the plain TCP copy of ``paths`` head -> peer (sendfile, recv, write, one fsync)."""
     recv = peer.start(peer.py(RAW_RECV, peer.address, str(PORT), f"{peer.workdir}/raw.bin"))
@@ -217,10 +210,10 @@ def compare(base: list[float], new: list[float]) -> dict[str, Any]:
     the spread of the per-pair ratios."""
     pairs = [b / a for a, b in zip(base, new, strict=True)]
     return {
-        "baseline_mib_s": spread(base),
-        "measured_mib_s": spread(new),
+        "baseline_mib_s": spread(base, digits=3),
+        "measured_mib_s": spread(new, digits=3),
         "ratio": round(statistics.median(new) / statistics.median(base), 3),
-        "pair_ratio": spread(pairs),
+        "pair_ratio": spread(pairs, digits=3),
         "pair_ratios": [round(r, 3) for r in pairs],
     }
 

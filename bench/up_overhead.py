@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from _stats import spread  # the one median/min/max summary of bench/
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -76,12 +77,6 @@ def one(inventory: str, path: str) -> dict[str, Any]:
             "check_s": doc["start"]["check_seconds"]}
 
 
-def spread(values: list[float]) -> dict[str, float]:
-    q = statistics.quantiles(values, n=4) if len(values) >= 2 else [values[0]] * 3
-    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
-            "max": round(max(values), 3), "iqr": round(q[2] - q[0], 3)}
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-i", "--inventory", default=str(REPO / "inventory" / "lab"))
@@ -103,7 +98,7 @@ def main() -> int:
     by_path: dict[str, Any] = {}
     for path in PATHS:
         rs = [r for r in rounds if r["path"] == path]
-        by_path[path] = {k: spread([float(r[k]) for r in rs]) for k in MEASURES}
+        by_path[path] = {k: spread([float(r[k]) for r in rs], digits=3, iqr=True) for k in MEASURES}
         by_path[path]["took"] = sorted({r["took"] for r in rs})
     fast, slow = by_path["fast"]["overhead_s"]["median"], by_path["playbook"]["overhead_s"]["median"]
     mechanics = by_path["fast"]["overhead_without_qualify_s"]["median"]

@@ -147,7 +147,7 @@ class BootWatch:
         self.gates = cluster.profile.gates
         self.floor = float(cluster.profile.memory.floor_gib) * GIB
         self.entries = {e["name"]: e for e in doc["nodes"]}
-        self.head = next(e for e in doc["nodes"] if int(e["rank"]) == 0)
+        self.head = self.entries[cluster.head.name]
         self.unit = unit_name(doc)
         self.state = BootState({e["name"]: RankRow(e["name"], int(e["rank"])) for e in doc["nodes"]})
         for row in self.state.rows.values():

@@ -35,10 +35,12 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from sparkctl.ansible.roledefaults import role_default
 from sparkctl.errors import SparkctlError
 from sparkctl.nodeside import images as images_
 from sparkctl.nodeside import kit as nodekit
 from sparkctl.nodeside import ship
+from sparkctl.render.common import RANK_UNIT_NAME
 from sparkctl.render.rank import start_waves
 from sparkctl.serve import probe
 from sparkctl.serve.probe import FleetLike
@@ -46,10 +48,18 @@ from sparkctl.serve.probe import FleetLike
 # Shipped to the node (sparkctl.nodeside.ship), dependencies first; the last is the check it runs.
 NODE_MODULES = ("nodeside.kit", "nodeside.images", "nodeside.manifests", "stage.manifest", "stage.image",
                 "nodeside.upcheck")
-# Seconds a started unit may take to become active (the role's spark_rank_start_wait_s).
-START_WAIT_S = 30
-# Tries of `systemctl start` (a start right after a stop can meet a cgroup still being torn down).
-START_TRIES = 3
+
+
+def start_wait_s() -> int:
+    """Seconds a started unit may take to become active: the spark_rank role's own default
+    (``spark_rank_start_wait_s``), so the playbook and this start wait alike."""
+    return int(role_default("spark_rank", "spark_rank_start_wait_s"))
+
+
+def start_tries() -> int:
+    """Tries of `systemctl start` (a start right after a stop can meet a cgroup still being torn
+    down): the spark_rank role's own default (``spark_rank_start_tries``)."""
+    return int(role_default("spark_rank", "spark_rank_start_tries"))
 
 
 def check_script(params: Mapping[str, Any]) -> str:
@@ -63,7 +73,7 @@ def check_script(params: Mapping[str, Any]) -> str:
 def installed_files(entry: Mapping[str, Any]) -> list[str]:
     """Every file the spark_rank role's install writes on this node: unit, env, secrets, kit files."""
     rl = probe.launch(entry)
-    unit = f"/etc/systemd/system/{rl.get('unit_name', 'sparkctl-rank.service')}"
+    unit = f"/etc/systemd/system/{rl.get('unit_name', RANK_UNIT_NAME)}"
     return [unit, *probe.rank_files(entry), *(rl.get("kit_files") or [])]
 
 
@@ -128,7 +138,7 @@ def judge(cluster: Any, doc: Mapping[str, Any], answers: Mapping[str, Mapping[st
     reasons: list[str] = []
     images: dict[str, str] = {}
     pin = cluster.runtime.image_id if cluster.runtime.kind == "container" else None
-    head = next(str(e["name"]) for e in doc["nodes"] if int(e["rank"]) == 0)
+    head = cluster.head.name
     for entry in sorted(doc["nodes"], key=lambda e: int(e["rank"])):
         name = str(entry["name"])
         ans = answers.get(name, "no answer")
@@ -218,8 +228,11 @@ done
 """
 
 
-def start_script(unit: str, wait_s: int = START_WAIT_S, tries: int = START_TRIES, delay_s: float = 2) -> str:
-    """Start the unit (``tries`` times, ``delay_s`` apart), then wait until it is active; say why not."""
+def start_script(unit: str, wait_s: int | None = None, tries: int | None = None, delay_s: float = 2) -> str:
+    """Start the unit (``tries`` times, ``delay_s`` apart), then wait until it is active; say why not.
+    Unless given, both counts are the spark_rank role's (``start_wait_s``, ``start_tries``)."""
+    wait_s = start_wait_s() if wait_s is None else wait_s
+    tries = start_tries() if tries is None else tries
     return (_START.replace("UNIT", shlex.quote(unit)).replace("TRIES", str(int(tries)))
             .replace("DELAY", f"{float(delay_s):g}")
             .replace("POLLS", str(int(wait_s) * 5)).replace("WAIT", str(int(wait_s))))
@@ -239,7 +252,7 @@ def start(cluster: Any, doc: Mapping[str, Any], fleet: FleetLike, on_wave: Any =
         if not names:
             continue
         t0 = time.monotonic()
-        results = fleet.run(script, timeout=START_WAIT_S + 3 * START_TRIES + 15, only=names)
+        results = fleet.run(script, timeout=start_wait_s() + 3 * start_tries() + 15, only=names)
         bad = []
         for name in names:
             res = results[name]

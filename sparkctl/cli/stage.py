@@ -11,19 +11,18 @@ playbook. Exit 1 when a node failed (the message names the node and the file), 0
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from sparkctl import ui
 from sparkctl.ansible import plan, runner
-from sparkctl.cli.common import kit_reference
+from sparkctl.cli import common
 from sparkctl.cli.shell import STAGE, example
 from sparkctl.cli.stage_view import summary_table
-from sparkctl.errors import InputError, SparkctlError
+from sparkctl.errors import SparkctlError
 from sparkctl.model import load_inventory
-from sparkctl.ssh import fleet as remote
-from sparkctl.stage import faststage, progress
+from sparkctl.stage import faststage, progress, verb
 from sparkctl.stage.summaries import node_summaries
 
 
@@ -33,23 +32,6 @@ class What(StrEnum):
     weights = "weights"
     engram = "engram"
     all = "all"
-
-
-def _fleet(cluster: Any) -> Any:
-    """The fast path's SSH connections (the one place a test wires a fake site)."""
-    return remote.Fleet(remote.targets_for(cluster))
-
-
-def _fast_check(cluster: Any, what: str) -> faststage.StageCheck:
-    """One check round; cheap reasons (a checkpoint the head must read, an unpinned pull) are found
-    before any connection is made."""
-    todo = faststage.parts(cluster, what)
-    kit = kit_reference(cluster) if "kit" in todo else None
-    fleet = _fleet(cluster)
-    try:
-        return faststage.check(cluster, what, fleet, kit)
-    finally:
-        fleet.close()
 
 
 def _say_path(fast: faststage.StageCheck, nodes: int) -> None:
@@ -86,7 +68,7 @@ def stage(
         typer.Option(
             "--stall-timeout", min=1, help="Fail when a peer sends nothing this long (s); re-runs resume."
         ),
-    ] = 120.0,
+    ] = verb.STALL_TIMEOUT_S,
     full: Annotated[
         bool,
         typer.Option("--full", help="Run the playbook even when one SSH check round finds nothing to stage."),
@@ -96,26 +78,12 @@ def stage(
     (verified, resumable)."""
     state = ctx.obj
     cluster = load_inventory(state.inventory_dir())
-    if what is What.kit and getattr(cluster, "kit", None) is None:
-        raise InputError(
-            "stage kit: the inventory configures no serving kit (sparkctl_kit)",
-            hint="add sparkctl_kit (source: git with url + commit, or dir/tar with path) to "
-                 "group_vars/all/sparkctl.yml; inventory/example documents it",
-        )
-    if what is What.image and cluster.runtime.kind != "container":
-        raise InputError(
-            f"stage image: sparkctl_runtime.kind is {cluster.runtime.kind}; only the container runtime "
-            "runs an image",
-            hint="set sparkctl_runtime.kind: container with image (and image_source) in "
-            "group_vars/all/sparkctl.yml",
-        )
+    verb.refuse_what_cannot_be_staged(cluster, what.value)
+    tools = common.tools()
+    fast = verb.fast_check(cluster, what.value, verify_only=verify_only, force=force, full=full,
+                           fleet=tools.fleet, kit_reference=tools.kit_reference)
     # --verify-only and --force are the playbook's own modes: the path is said only with --verbose.
     quiet_path = verify_only or force
-    if verify_only or force or full:
-        why = "--verify-only" if verify_only else "--force" if force else "--full"
-        fast = faststage.StageCheck([why])
-    else:
-        fast = _fast_check(cluster, what.value)
     if not state.json and (state.verbose or not quiet_path):
         _say_path(fast, len(cluster.nodes))
     if fast.ok:
@@ -125,11 +93,7 @@ def stage(
         else:
             ui.console.print(summary_table(cluster, fast.nodes, False, what.value))
         return
-    settings: dict[str, Any] = {}
-    if bwlimit:
-        settings["spark_stage_bwlimit_mib_s"] = bwlimit
-    if stall_timeout != 120.0:
-        settings["spark_stage_stall_timeout_s"] = stall_timeout
+    settings = verb.playbook_settings(bwlimit, stall_timeout)
     the_plan = plan.for_stage(cluster, what.value, verify_only=verify_only, force=force, settings=settings)
     if state.verbose and not state.json:
         ui.console.print(f"[dim]$ {' '.join(the_plan.argv())}[/dim]")

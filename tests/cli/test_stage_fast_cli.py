@@ -3,6 +3,7 @@ means the playbook, and --full, --verify-only and --force always run it."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import sys
@@ -14,7 +15,7 @@ from fake_runs import reported_run
 
 from sparkctl.ansible import runner
 from sparkctl.ansible.plan import Plan
-from sparkctl.cli import stage as stage_cli
+from sparkctl.cli import common
 from sparkctl.errors import EXIT_OK
 
 UNIT = Path(__file__).resolve().parents[1] / "unit"
@@ -45,8 +46,9 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     fleet.close = lambda: None  # type: ignore[attr-defined]
     names = [n.name for n in cluster.nodes]
     rec = Recorder(names)
-    monkeypatch.setattr(stage_cli, "_fleet", lambda cluster: fleet)
-    monkeypatch.setattr(stage_cli, "kit_reference", lambda cluster: fast_tests._kit())
+    tools = dataclasses.replace(common.tools(), fleet=lambda cluster: fleet,
+                                kit_reference=lambda cluster: fast_tests._kit())
+    monkeypatch.setattr(common, "tools", lambda: tools)
     monkeypatch.setattr(runner, "execute", rec)
     inv = tmp_path / "lab"
     return {"inv": str(inv), "fleet": fleet, "answers": answers, "runs": rec}

@@ -13,6 +13,7 @@ from sparkctl.ansible.roledefaults import role_default
 from sparkctl.render.common import RANK_UNIT_NAME
 from sparkctl.serve import fastup
 from sparkctl.stage import kit as stage_kit
+from sparkctl.stage import verb as stage_verb
 from sparkctl.stage.kitdefaults import kit_layout_defaults
 
 ROLES = content.root() / "roles"
@@ -61,6 +62,10 @@ def test_the_fast_start_tries_and_waits_as_the_spark_rank_role_does() -> None:
     # Ansible's retries count the tries after the first.
     assert start["retries"] == "{{ spark_rank_start_tries | int - 1 }}"
     assert not any(isinstance(getattr(fastup, name, None), int) for name in ("START_TRIES", "START_WAIT_S"))
+
+
+def test_stage_says_the_stall_timeout_the_spark_stage_role_defaults_to() -> None:
+    assert _defaults("spark_stage")["spark_stage_stall_timeout_s"] == stage_verb.STALL_TIMEOUT_S
 
 
 def test_the_rank_unit_name_and_the_head_are_not_retyped_in_serve() -> None:

@@ -13,7 +13,7 @@ import yaml
 
 from sparkctl.cli import watch
 from sparkctl.errors import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE
-from sparkctl.serve import events
+from sparkctl.serve import events, watchunit
 
 serve_cli = importlib.import_module("test_serve_cli")
 API_KEY = serve_cli.API_KEY
@@ -134,8 +134,8 @@ def test_install_without_systemd_says_so_and_writes_nothing(
 ) -> None:
     units = tmp_path / "units"
     units.mkdir()
-    monkeypatch.setattr(watch, "UNIT_DIR", units)
-    monkeypatch.setattr(watch, "systemd_running", lambda: False)
+    monkeypatch.setattr(watchunit, "UNIT_DIR", units)
+    monkeypatch.setattr(watchunit, "systemd_running", lambda: False)
     res = run_cli("-i", str(site.inventory), "watch", "--install")
     assert res.code == EXIT_USAGE
     assert "does not run systemd as PID 1" in _flat(res.err) and "nothing was written" in _flat(res.err)
@@ -155,8 +155,8 @@ def test_print_unit_runs_the_service_mode_with_this_inventory_and_state(
 def test_render_unit_is_pure_and_quotes_what_it_must() -> None:
     args = ("lab", Path("/srv/my site/inv"), "/opt/venv/bin/python", Path("/var/lib/sparkctl"), "ops",
             Path("/srv"), "/etc/sparkctl/vault-pass")
-    text = watch.render_unit(*args)
-    assert text == watch.render_unit(*args)
+    text = watchunit.render_unit(*args)
+    assert text == watchunit.render_unit(*args)
     assert "ExecStart=/opt/venv/bin/python -m sparkctl -i '/srv/my site/inv' watch --service" in text
     assert "User=ops" in text and "Environment=ANSIBLE_VAULT_PASSWORD_FILE=/etc/sparkctl/vault-pass" in text
     assert "WantedBy=multi-user.target" in text and "After=network-online.target" in text

@@ -199,6 +199,10 @@ def for_upgrade(cluster: Cluster, *, check: bool = False) -> Plan:
 
 def for_reset(cluster: Cluster, *, purge_data: bool = False, check: bool = False) -> Plan:
     """playbooks/reset.yml: take back everything sparkctl put on the nodes; the NVMe data stays
-    unless ``purge_data``."""
-    return _plan(cluster, playbook="reset.yml", check=check,
-                 extravars={"spark_reset_purge_data": bool(purge_data)})
+    unless ``purge_data``. The playbook refuses to run without ``spark_reset_confirm=yes`` (a manual
+    run must say it); the plan carries it because `sparkctl reset` runs the plan only after its own
+    confirmation (or ``--yes``). A check run needs none."""
+    extravars: dict[str, Any] = {"spark_reset_purge_data": bool(purge_data)}
+    if not check:
+        extravars["spark_reset_confirm"] = "yes"
+    return _plan(cluster, playbook="reset.yml", check=check, extravars=extravars)

@@ -191,6 +191,7 @@ def test_reset_plans_the_reset_playbook(run_cli: Any, example_copy: Path, fake: 
     assert res.code == EXIT_OK, res.err
     (plan,) = fake.plans
     assert plan.playbook == "reset.yml"
-    assert plan.extravars == {"spark_reset_purge_data": purge}
+    confirmed = {} if check else {"spark_reset_confirm": "yes"}  # given after the CLI's own question
+    assert plan.extravars == {"spark_reset_purge_data": purge, **confirmed}
     assert plan.check is check
     assert ("provision" in res.out) is not check

@@ -47,10 +47,11 @@ def test_upgrade_plan_check_mode_shows_the_diff(example_copy: Path) -> None:
 
 def test_reset_plan_carries_purge_data(example_copy: Path) -> None:
     cluster = load_inventory(example_copy)
-    assert planning.for_reset(cluster).extravars == {"spark_reset_purge_data": False}
+    assert planning.for_reset(cluster).extravars == {"spark_reset_purge_data": False,
+                                                     "spark_reset_confirm": "yes"}
     plan = planning.for_reset(cluster, purge_data=True, check=True)
     assert (plan.playbook, plan.check) == ("reset.yml", True)
-    assert plan.extravars == {"spark_reset_purge_data": True}
+    assert plan.extravars == {"spark_reset_purge_data": True}  # a check run needs no confirmation
 
 
 @pytest.mark.parametrize(("value", "says"), [
@@ -124,13 +125,17 @@ def test_reset_order_services_then_firewall_then_netplan_then_files() -> None:
     assert at("Prove a new SSH connection") < at("Remove the fabric netplan")
     assert at("Remove the fabric netplan") < at("Remove the rendered files")
     assert at("Remove the rendered files") < at("Remove sparkctl's revert state")
-    netplan = _task_names("roles/spark_reset/tasks/netplan.yml")
+    # The netplan file goes under spark_armed's procedure (tests/unit/test_armed_revert.py): the
+    # file is kept before it is armed, removed as its change, and the addresses flushed only after.
     block = next(t for t in yaml.safe_load((REPO / "roles/spark_reset/tasks/netplan.yml").read_text())
                  if "block" in t)
     inner = [t["name"] for t in block["block"]]
-    assert inner.index("Arm the revert on the node") < inner.index("Remove the netplan file")
-    assert inner.index("Connect again on the management address") < inner.index("Disarm the revert")
-    assert "rescue" in block and netplan
+    armed = next(t for t in block["block"] if "ansible.builtin.include_role" in t)
+    assert armed["ansible.builtin.include_role"]["name"] == "spark_armed"
+    assert armed["vars"]["spark_armed_change"] == "netplan_change.yml"
+    assert inner.index("Keep the netplan file") < inner.index(armed["name"])
+    assert inner.index(armed["name"]) < inner.index("Flush the fabric addresses netplan no longer manages")
+    assert "Remove the netplan file" in _task_names("roles/spark_reset/tasks/netplan_change.yml")
 
 
 def test_reset_keeps_ssh_and_data_by_default() -> None:

@@ -23,11 +23,11 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkctl import ui
+from sparkctl.ansible import outcome
 from sparkctl.ansible import plan as planning
-from sparkctl.ansible import results, runner
 from sparkctl.cli import common
-from sparkctl.cli import preflight as preflight_cli
 from sparkctl.cli.common import YesOption, confirm, run_with_table
+from sparkctl.cli.identity import identity_table
 from sparkctl.cli.serving import start_group
 from sparkctl.cli.shell import PROVISION, example
 from sparkctl.cli.stage_view import summary_table
@@ -61,10 +61,6 @@ def upgrade_table(cluster: Cluster, done: dict[str, Any], failed: str | None, un
     return table
 
 
-def _first_failure(result: runner.RunResult) -> runner.Failure | None:
-    return next((f for f in result.failures if f.host), result.failures[0] if result.failures else None)
-
-
 def upgrade(
     ctx: typer.Context,
     check: Annotated[bool, typer.Option("--check", help="Change nothing; say what each node gets.")] = False,
@@ -82,24 +78,20 @@ def upgrade(
                 f"{len(cluster.nodes)} nodes one at a time", yes)
     verb = "upgrade (check mode)" if check else "upgrade"
     result = run_with_table(ctx, plan, f"{verb} · {cluster.name}", _nodes(cluster))
-    done = results.per_host(result, results.UPGRADE)
-    first = _first_failure(result)
-    failed_node = first.host if first is not None and first.host in _nodes(cluster) else None
-    after = sorted(_nodes(cluster))
-    untouched = ([n for n in after[after.index(failed_node) + 1:] if n not in done]
-                 if failed_node else [])
-    ids = preflight_cli.identities(result)
+    run = outcome.rolling(result, _nodes(cluster))
+    done, failed_node, untouched = run.done, run.failed_node, run.untouched
+    ids = outcome.identities(result)
     if state.json:
         ui.print_json({"ok": result.ok, "check": check, "cluster": cluster.name, "nodes": done,
                        "failed_node": failed_node, "untouched": untouched, "identity": ids,
-                       "mismatched": preflight_cli.mismatched(ids), "run": result.as_dict()})
+                       "mismatched": outcome.mismatched(ids), "run": result.as_dict()})
     else:
         ui.console.print(upgrade_table(cluster, done, failed_node, untouched))
         if ids:
-            ui.console.print(preflight_cli.identity_table(cluster, ids, {}))
+            ui.console.print(identity_table(cluster, ids, {}))
     if not result.ok:
         where = failed_node or ", ".join(result.failed_hosts) or "the controller"
-        why = first.msg if first is not None else f"rc {result.rc}"
+        why = run.why(result)
         raise SparkctlError(
             f"upgrade stopped at {where}: {why}",
             hint=(f"{'nodes left untouched: ' + ', '.join(untouched) + '; ' if untouched else ''}"

@@ -8,62 +8,19 @@ answered and agrees, 1 otherwise (the message names the nodes and fields). Nothi
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Annotated
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from sparkctl import ui
 from sparkctl.ansible import plan as planning
 from sparkctl.ansible import runner
+from sparkctl.ansible.outcome import identities, mismatched
+from sparkctl.cli.identity import identity_table
 from sparkctl.cli.shell import PROVISION, complete_hosts, example
 from sparkctl.errors import EXIT_FAILED, SparkctlError
-from sparkctl.model import Cluster, load_inventory
-
-
-def identities(result: runner.RunResult) -> dict[str, dict[str, str]]:
-    """{node: {field: value}} from the ``sparkctl_identity`` module's return value (its ``identity``
-    key), whatever the task that ran it is called."""
-    out: dict[str, dict[str, str]] = {}
-    for per_host in result.results.values():
-        for host, res in per_host.items():
-            ident = res.get("identity")
-            if isinstance(ident, dict) and "missing_netdevs" in res:
-                out[host] = {str(k): str(v) for k, v in ident.items()}
-    return out
-
-
-def mismatched(ids: dict[str, dict[str, str]]) -> list[str]:
-    """The identity fields whose value is not the same on every node that answered."""
-    fields = list(dict.fromkeys(f for ident in ids.values() for f in ident))
-    return [f for f in fields if len({ident.get(f) for ident in ids.values()}) > 1]
-
-
-def identity_table(cluster: Cluster, ids: dict[str, dict[str, str]], unreachable: dict[str, str]) -> Table:
-    """One row per identity field, one column per node (rank order); a value that differs from the
-    most common one is red, and so is the mark of its row."""
-    fields = list(dict.fromkeys(f for ident in ids.values() for f in ident))
-    differ = set(mismatched(ids))
-    table = Table(title=f"node identity · {cluster.name}", title_justify="left")
-    table.add_column("")
-    table.add_column("", style="bold", no_wrap=True)
-    for node in cluster.nodes:
-        table.add_column(node.name, overflow="fold")
-    table.add_row("", "rank", *(str(node.rank) for node in cluster.nodes))
-    answered = [Text("yes") if node.name in ids else
-                Text(f"no: {unreachable.get(node.name, 'no answer')}", style="red") for node in cluster.nodes]
-    table.add_row(ui.OK if len(ids) == len(cluster.nodes) else ui.FAIL, "answered", *answered)
-    for f in fields:
-        usual = Counter(ident.get(f) for ident in ids.values()).most_common(1)[0][0]
-        cells = []
-        for node in cluster.nodes:
-            value = ids.get(node.name, {}).get(f)
-            odd = f in differ and value is not None and value != usual
-            cells.append(Text("–" if value is None else value, style="bold red" if odd else ""))
-        table.add_row(ui.FAIL if f in differ else ui.OK, f.replace("_", " "), *cells)
-    return table
+from sparkctl.model import load_inventory
 
 
 def preflight(

@@ -1,0 +1,52 @@
+"""What a run of preflight.yml or upgrade.yml says beyond pass/fail: each node's identity, the fields
+that differ across nodes, and where a rolling upgrade stopped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkctl.ansible import results, runner
+
+
+def identities(result: runner.RunResult) -> dict[str, dict[str, str]]:
+    """{node: {field: value}} from the ``sparkctl_identity`` module's return value (its ``identity``
+    key), whatever the task that ran it is called."""
+    out: dict[str, dict[str, str]] = {}
+    for per_host in result.results.values():
+        for host, res in per_host.items():
+            ident = res.get("identity")
+            if isinstance(ident, dict) and "missing_netdevs" in res:
+                out[host] = {str(k): str(v) for k, v in ident.items()}
+    return out
+
+
+def mismatched(ids: dict[str, dict[str, str]]) -> list[str]:
+    """The identity fields whose value is not the same on every node that answered."""
+    fields = list(dict.fromkeys(f for ident in ids.values() for f in ident))
+    return [f for f in fields if len({ident.get(f) for ident in ids.values()}) > 1]
+
+
+@dataclass
+class Rolling:
+    """A rolling upgrade's run: each upgraded node's report, the node it stopped at (if a node), the
+    nodes after it that it never reached, and the first failure."""
+
+    done: dict[str, dict[str, Any]]
+    failed_node: str | None
+    untouched: list[str] = field(default_factory=list)
+    first: runner.Failure | None = None
+
+    def why(self, result: runner.RunResult) -> str:
+        return self.first.msg if self.first is not None else f"rc {result.rc}"
+
+
+def rolling(result: runner.RunResult, nodes: list[str]) -> Rolling:
+    """Read upgrade.yml's run over ``nodes`` (upgraded one at a time, in name order)."""
+    done = results.per_host(result, results.UPGRADE)
+    first = next((f for f in result.failures if f.host), result.failures[0] if result.failures else None)
+    failed_node = first.host if first is not None and first.host in nodes else None
+    after = sorted(nodes)
+    untouched = ([n for n in after[after.index(failed_node) + 1:] if n not in done]
+                 if failed_node else [])
+    return Rolling(done, failed_node, untouched, first)

@@ -39,7 +39,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from sparkctl.cli.serve import _api_key, _http
+    from sparkctl.serve.tools import api_key_or_none
+    from sparkctl.serve.tools import http as _http
     from sparkctl.model import load_inventory
     from sparkctl.render import plan_document
     from sparkctl.serve import verdict
@@ -47,10 +48,7 @@ def main() -> int:
 
     cluster = load_inventory(args.inventory)
     doc = plan_document(cluster)
-    try:
-        api_key = _api_key(cluster)
-    except Exception:
-        api_key = None
+    api_key = api_key_or_none(cluster)
 
     probe: list[float] = []
     for _ in range(args.rounds):

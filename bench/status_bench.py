@@ -39,11 +39,11 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from sparkctl.serve.tools import api_key_or_none
-    from sparkctl.serve.tools import http as _http
     from sparkctl.model import load_inventory
     from sparkctl.render import plan_document
     from sparkctl.serve import verdict
+    from sparkctl.serve.tools import api_key_or_none
+    from sparkctl.serve.tools import http as _http
     from sparkctl.ssh import fleet as remote
 
     cluster = load_inventory(args.inventory)

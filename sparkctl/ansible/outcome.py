@@ -1,5 +1,6 @@
-"""What a run of preflight.yml or upgrade.yml says beyond pass/fail: each node's identity, the fields
-that differ across nodes, and where a rolling upgrade stopped."""
+"""What a run says beyond pass/fail: each node's identity and the fields that differ across nodes
+(preflight.yml), where a rolling upgrade stopped (upgrade.yml), what spark_applied decided
+(provision.yml)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,21 @@ def rolling(result: runner.RunResult, nodes: list[str]) -> Rolling:
     untouched = ([n for n in after[after.index(failed_node) + 1:] if n not in done]
                  if failed_node else [])
     return Rolling(done, failed_node, untouched, first)
+
+
+def applied_lines(applied: dict[str, Any]) -> list[str]:
+    """What spark_applied decided: how many roles were up to date, and each one that ran with why."""
+    due: list[str] = []
+    fresh = total = 0
+    for host in sorted(applied):
+        roles = applied[host] if isinstance(applied[host], dict) else {}
+        for role, verdict in roles.items():
+            total += 1
+            if not verdict.get("run"):
+                fresh += 1
+                continue
+            reasons = verdict.get("reasons") or []
+            due.append(f"  {role} on {host}: {'; '.join(reasons[:3])}" + ("; …" if len(reasons) > 3 else ""))
+    if not total:
+        return []
+    return [f"up to date (skipped after one read per node): {fresh} of {total} role runs", *due]

@@ -17,13 +17,14 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkctl import ui
+from sparkctl.ansible import outcome, results, runner
 from sparkctl.ansible import plan as planning
-from sparkctl.ansible import results, runner
 from sparkctl.cli.common import run_with_table
 from sparkctl.cli.shell import PROVISION, OrderedGroup, complete_hosts, complete_tags, example
 from sparkctl.errors import EXIT_FAILED, SparkctlError
 from sparkctl.model import Cluster, load_inventory
 from sparkctl.qa import fabric as fabric_check
+from sparkctl.qa.fabricrun import judge_run
 
 check_app = typer.Typer(help="Read-only checks of the cluster.", cls=OrderedGroup, no_args_is_help=True)
 
@@ -77,7 +78,7 @@ def provision(
         changed = result.changed_total
         what = "would change" if check else "changed"
         ui.console.print(f"{ui.OK} {verb}: {len(result.stats)} hosts ok, {changed} {what}")
-        for line in applied_lines(applied):
+        for line in outcome.applied_lines(applied):
             ui.console.print(f"[dim]{line}[/dim]")
     if not result.ok:
         raise SparkctlError(
@@ -86,24 +87,6 @@ def provision(
             exit_code=EXIT_FAILED,
             details=[str(f) for f in result.failures[:12]],
         )
-
-
-def applied_lines(applied: dict[str, Any]) -> list[str]:
-    """What spark_applied decided: how many roles were up to date, and each one that ran with why."""
-    due: list[str] = []
-    fresh = total = 0
-    for host in sorted(applied):
-        roles = applied[host] if isinstance(applied[host], dict) else {}
-        for role, verdict in roles.items():
-            total += 1
-            if not verdict.get("run"):
-                fresh += 1
-                continue
-            reasons = verdict.get("reasons") or []
-            due.append(f"  {role} on {host}: {'; '.join(reasons[:3])}" + ("; …" if len(reasons) > 3 else ""))
-    if not total:
-        return []
-    return [f"up to date (skipped after one read per node): {fresh} of {total} role runs", *due]
 
 
 def _hint(result: runner.RunResult) -> str:
@@ -116,15 +99,6 @@ def _hint(result: runner.RunResult) -> str:
 
 
 # --- check fabric ----------------------------------------------------------------------------------
-
-
-def _switch_mtus(result: runner.RunResult) -> dict[str, int | None]:
-    out: dict[str, int | None] = {}
-    for lines in results.per_host(result, results.SWITCH_MTUS).values():
-        for line in lines or []:
-            name, _, value = line.partition(" ")
-            out[name] = int(value) if value.isdigit() else None
-    return out
 
 
 def _verdict_tables(verdict: fabric_check.Verdict, mtu: int) -> tuple[Table, Table]:
@@ -176,13 +150,7 @@ def check_fabric(ctx: typer.Context) -> None:
     else:
         with ui.console.status("probing the fabric from every node…"):
             result = runner.execute(plan)
-    probes = results.per_host(result, results.FABRIC_PROBE)
-    unreachable = {f.host: f.msg for f in result.failures if f.unreachable}
-    other_failures = [f for f in result.failures if not f.unreachable]
-    rdma = {h: r or {} for h, r in results.per_host(result, results.FABRIC_RDMA).items()}
-    verdict = fabric_check.judge(cluster, probes, _switch_mtus(result), unreachable, rdma or None)
-    for f in other_failures:
-        verdict.problems.insert(0, f"{f.host}: probe failed in '{f.task}': {f.msg}")
+    verdict = judge_run(cluster, result)
     if ctx.obj.json:
         doc: dict[str, Any] = verdict.as_dict()
         doc["artifact_dir"] = str(result.artifact_dir)

@@ -1,5 +1,11 @@
-"""Serving: node facts, the cluster verdict, preflight, the boot watch (readiness gates) and redaction.
+"""Serving: the verbs `up`, `down`, `logs`, `bundle` and what they stand on — node facts, the
+cluster verdict, preflight, the boot watch (readiness gates), the memory guard and redaction.
 
+* ``up``, ``down``: ``Up(cluster, doc, tools, out).run()`` and ``Down(...)``; ``tools``
+  (``tools.Tools``: runner, SSH fleet, HTTP client, run directory, the question, qualify, the kit
+  reference, the memory guard) and ``out`` (``tools.Output``) are what they touch and tell.
+  ``logs``, ``bundle``: the journals and the support tarball. ``admin``: what an admin's `up`,
+  `down` and `status` mean to the supervisor; ``supervisor``, ``events``, ``watchunit``: `watch`.
 * ``probe``: one SSH round per node runs ``sparkctl.nodeside.probe``; ``collect`` parses the facts.
 * ``http``: rank 0's API (``/health``, ``/ready``, ``/v1/models``), its base URL and auth header.
 * ``verdict``: ``snapshot(cluster, doc, fleet, http)``, the facts of every node and of rank 0's

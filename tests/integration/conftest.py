@@ -46,12 +46,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _lab_instance() -> str:
     """Under pytest-xdist (`make integration`: two workers), worker gwN drives lab N, a separate
-    lab beside the others (sparkctl_lab.topology.INSTANCE); without xdist, lab 0. Set before any
-    sparkctl_lab import, and inherited by every `sparkctl` subprocess the tests start. Lab N > 0
-    also gets its own sparkctl state directory (run records, the kit store, the supervisor's files),
-    so two streams never share a controller-side file."""
+    lab beside the others (sparkctl_lab.topology.INSTANCE); without xdist, the lab
+    $SPARKCTL_LAB_INSTANCE names (default 0: `SPARKCTL_LAB_INSTANCE=1 pytest -m integration ...`
+    leaves lab 0 alone). Set before any sparkctl_lab import, and inherited by every `sparkctl`
+    subprocess the tests start. Lab N > 0 also gets its own sparkctl state directory (run records,
+    the kit store, the supervisor's files), so two streams never share a controller-side file."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    instance = worker[2:] if worker.startswith("gw") and worker[2:].isdigit() else "0"
+    if worker.startswith("gw") and worker[2:].isdigit():
+        instance = worker[2:]
+    else:
+        instance = os.environ.get("SPARKCTL_LAB_INSTANCE", "") or "0"
     os.environ["SPARKCTL_LAB_INSTANCE"] = instance
     if instance != "0":
         base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")

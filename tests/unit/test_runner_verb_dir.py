@@ -22,3 +22,20 @@ def test_each_playbook_of_a_verb_gets_its_own_directory_inside_the_verbs(tmp_pat
 def test_execute_takes_the_verbs_run_directory() -> None:
     params = inspect.signature(runner.execute).parameters
     assert params["run_dir"].default is None and params["run_dir"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_a_playbook_run_in_the_verbs_run_directory(tmp_path: Path) -> None:
+    import sys
+
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks" / "tiny.yml").write_text(
+        "- name: Tiny\n  hosts: all\n  gather_facts: false\n  tasks:\n"
+        "    - name: Say\n      ansible.builtin.debug:\n        msg: hi\n")
+    (tmp_path / "hosts.yml").write_text(
+        f"all:\n  vars:\n    ansible_connection: local\n    ansible_python_interpreter: {sys.executable}\n"
+        "  hosts:\n    a: {}\n")
+    verb_dir = tmp_path / "runs" / "20260101T000000-up"
+    res = runner.execute(Plan("tiny.yml", tmp_path / "hosts.yml"), run_dir=verb_dir, project_dir=tmp_path)
+    assert res.ok and res.run_dir == verb_dir / "playbook-tiny"
+    assert res.artifact_dir.is_relative_to(res.run_dir)
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["20260101T000000-up"]

@@ -25,6 +25,7 @@ QOS_SCRIPT = "/usr/local/sbin/sparkctl-roce-qos"
 QOS_UNIT_NAME = "sparkctl-roce-qos.service"
 QOS_UNIT_FILE = f"/etc/systemd/system/{QOS_UNIT_NAME}"
 QOS_LINK_HOOK = "/etc/networkd-dispatcher/configured.d/50-sparkctl-roce-qos"
+FIREWALL_TABLE = "inet sparkctl"  # the one nftables table sparkctl owns on a node
 FIREWALL_FILE = f"{ETC_DIR}/firewall.nft"
 FIREWALL_DROPIN_DIR = f"{ETC_DIR}/firewall.d"
 FIREWALL_UNIT_NAME = "sparkctl-firewall.service"

@@ -143,11 +143,11 @@ def firewall(cluster: Cluster, node: Node) -> str:
     ports = cluster.ports
     return f"""#!/usr/sbin/nft -f
 {c.header(f"firewall of {node.name}").rstrip()}
-# Loaded by {c.FIREWALL_UNIT_NAME}; only the table inet sparkctl is touched.
-table inet sparkctl
-delete table inet sparkctl
+# Loaded by {c.FIREWALL_UNIT_NAME}; only the table {c.FIREWALL_TABLE} is touched.
+table {c.FIREWALL_TABLE}
+delete table {c.FIREWALL_TABLE}
 
-table inet sparkctl {{
+table {c.FIREWALL_TABLE} {{
     set rank_peers {{
         type ipv4_addr
         flags interval
@@ -201,7 +201,7 @@ include "{c.FIREWALL_DROPIN_DIR}/*.nft"
 def firewall_unit(cluster: Cluster, node: Node) -> str:
     return f"""{c.header(f"loads the sparkctl firewall table on {node.name}").rstrip()}
 [Unit]
-Description=sparkctl firewall (table inet sparkctl)
+Description=sparkctl firewall (table {c.FIREWALL_TABLE})
 Wants=network-pre.target
 Before=network-pre.target
 
@@ -209,7 +209,7 @@ Before=network-pre.target
 Type=oneshot
 RemainAfterExit=yes
 ExecStart=/usr/sbin/nft -f {c.FIREWALL_FILE}
-ExecStop=/usr/sbin/nft delete table inet sparkctl
+ExecStop=/usr/sbin/nft delete table {c.FIREWALL_TABLE}
 
 [Install]
 WantedBy=multi-user.target

@@ -12,7 +12,11 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 ROLES = REPO / "roles"
-SPEC = (ROLES / "spark_applied" / "defaults" / "main.yml").read_text()
+SHORT = ("base", "fabric", "qos", "runtime", "exporter", "firewall")
+# Each role's own description (roles/spark_<role>/vars/applied.yml) and spark_applied's defaults.
+APPLIED = {short: ROLES / f"spark_{short}" / "vars" / "applied.yml" for short in SHORT}
+DEFAULTS = (ROLES / "spark_applied" / "defaults" / "main.yml").read_text()
+SPEC = DEFAULTS + "".join(path.read_text() for path in APPLIED.values())
 WRITERS = {
     "ansible.builtin.copy": "dest",
     "ansible.builtin.blockinfile": "path",
@@ -30,8 +34,8 @@ COVERED: dict[str, str | None] = {
     "/etc/security/limits.d/90-sparkctl-memlock.conf": "/etc/security/limits.d/90-sparkctl-memlock.conf",
     "/etc/systemd/system.conf.d": "- /etc/systemd/system.conf.d\n",
     "/etc/systemd/system.conf.d/90-sparkctl-memlock.conf": "- /etc/systemd/system.conf.d/90-sparkctl-memlock",
-    "{{ spark_base_home }}/.ssh": '"~{{ spark_applied_mesh_user }}/.ssh"',
-    "{{ spark_base_home }}/.ssh/{{ item }}": '"~{{ spark_applied_mesh_user }}/.ssh/id_ed25519_sparkctl"',
+    "{{ spark_base_home }}/.ssh": '"~{{ spark_base_applied_mesh_user }}/.ssh"',
+    "{{ spark_base_home }}/.ssh/{{ item }}": '"~{{ spark_base_applied_mesh_user }}/.ssh/id_ed25519_sparkctl"',
     "{{ spark_base_home }}/.ssh/authorized_keys": '/.ssh/authorized_keys", marker: "# {mark} sparkctl mesh"',
     "/etc/ssh/ssh_known_hosts": '{path: /etc/ssh/ssh_known_hosts, marker: "# {mark} sparkctl mesh"}',
     "{{ spark_base_home }}/.ssh/config": '/.ssh/config", marker: "# {mark} sparkctl mesh"',
@@ -44,8 +48,8 @@ COVERED: dict[str, str | None] = {
     None: '"{{ spark_runtime_lab_prefix }}/current"',  # the `current` link (file task with src/dest)
     "{{ spark_runtime_lab_launcher }}": '"{{ spark_runtime_lab_launcher }}"',
     "{{ item.path }}": '"{{ spark_runtime_lab_prefix }}"',  # older versions removed: the listing shows them
-    "{{ spark_exporter_dir }}/nodeside/{{ item }}": "spark_applied_exporter_dir ~ '/nodeside/'",
-    "{{ spark_exporter_unit_file.key }}": "spark_applied_exporter_unit.keys()",
+    "{{ spark_exporter_dir }}/nodeside/{{ item }}": "spark_exporter_applied_dir ~ '/nodeside/'",
+    "{{ spark_exporter_unit_file.key }}": "spark_exporter_applied_unit.keys()",
     "{{ spark_firewall_dropin_dir }}/controller.nft": "~ '/controller.nft'",
     "{{ spark_firewall_ruleset.key }}": "spark_firewall_ruleset_pattern | default(",
     "{{ spark_firewall_unit_file.key }}": "spark_firewall_unit_pattern | default(",
@@ -113,7 +117,7 @@ def test_every_provision_role_ends_at_once_where_it_is_not_due() -> None:
 
 def test_every_role_of_the_provision_playbook_is_gated_and_recorded() -> None:
     plays = yaml.safe_load((REPO / "playbooks" / "provision.yml").read_text())
-    spec = yaml.safe_load(SPEC)
+    spec = yaml.safe_load(DEFAULTS)
     gated = {}
     for play in plays[1:]:
         for entry in play.get("roles", []):
@@ -129,3 +133,20 @@ def test_every_role_of_the_provision_playbook_is_gated_and_recorded() -> None:
         recorded = [t for t in play.get("post_tasks", []) if "ansible.builtin.include_role" in t]
         assert recorded and recorded[0]["ansible.builtin.include_role"]["tasks_from"] == "record"
     assert set(gated) == set(spec["spark_applied_roles"])
+
+
+def test_each_role_describes_itself_next_to_its_tasks() -> None:
+    """The registry names the roles; what each reads and owns is in the role's own directory, and
+    none of it is parsed back out of rendered text (sparkctl renders the paths it needs)."""
+    registry = yaml.safe_load(DEFAULTS)["spark_applied_roles"]
+    assert set(registry) == set(SHORT) == set(yaml.safe_load(DEFAULTS)["spark_applied_tags"])
+    for short, path in APPLIED.items():
+        own = yaml.safe_load(path.read_text())
+        entry = own[f"spark_{short}_applied"]
+        assert entry["role"] == f"spark_{short}" and set(entry) == {"role", "inputs", "state"}
+        assert registry[short] == f"{{{{ spark_{short}_applied }}}}"
+        assert all(name.startswith(f"spark_{short}_") for name in own), path  # the role's prefix
+        assert "regex_search" not in path.read_text(), path
+    assert "regex_search" not in DEFAULTS
+    loads = yaml.safe_load((ROLES / "spark_applied" / "tasks" / "main.yml").read_text())[0]
+    assert loads["ansible.builtin.include_vars"]["file"].endswith("/spark_{{ item }}/vars/applied.yml")

@@ -192,9 +192,10 @@ def _up(inventory_dir: Path, nvme: dict[str, int] | None, log: Log) -> UpReport:
                 exit_code=EXIT_USAGE,
             )
         st.machines.setdefault(node, state.MachineState()).nvme_gib = gib
-    if st.inventory_dir and Path(st.inventory_dir) != inventory_dir.resolve():
-        lab_inventory.remove(Path(st.inventory_dir))
-    st.inventory_dir = str(inventory_dir.resolve())
+    # An `up` for another inventory directory (another clone's tests, `-i DIR`) writes that one too,
+    # and never takes away the one a running session uses (it once did: that session's next test
+    # found no inventory); `down` removes them all.
+    st.adopt_inventory(inventory_dir)
 
     pub = _ensure_controller_files()
     ensure_mgmt_bridge()
@@ -296,8 +297,8 @@ def _teardown(st: state.LabState | None, log: Log) -> None:
         host.run(["rm", "-rf", "--one-file-system", str(machines_root)], check=False)
     for f in (state.controller_key(), Path(f"{state.controller_key()}.pub"), state.api_key_file()):
         f.unlink(missing_ok=True)
-    if st and st.inventory_dir:
-        lab_inventory.remove(Path(st.inventory_dir))
+    for inv in st.inventories() if st else []:
+        lab_inventory.remove(inv)
     state.clear()
     log("lab removed")
 

@@ -111,8 +111,22 @@ class MachineState:
 class LabState:
     version: int = STATE_VERSION
     rootfs: str = ""
-    inventory_dir: str = ""
+    inventory_dir: str = ""  # the inventory the last `up` wrote
+    # Inventories an earlier `up` wrote elsewhere while the lab kept running (another clone or
+    # session on this host, `-i DIR`): still valid, and the session using one may still be
+    # running, so they stay until `down` removes them with the rest.
+    other_inventories: list[str] = field(default_factory=list)
     machines: dict[str, MachineState] = field(default_factory=dict)
+
+    def adopt_inventory(self, inventory_dir: Path) -> None:
+        """Record ``inventory_dir`` as the one `up` writes now; the one before is kept, not removed."""
+        old, new = self.inventory_dir, str(inventory_dir.resolve())
+        self.other_inventories = [d for d in dict.fromkeys([*self.other_inventories, old]) if d and d != new]
+        self.inventory_dir = new
+
+    def inventories(self) -> list[Path]:
+        """Every inventory this lab wrote while up (what `down` removes)."""
+        return [Path(d) for d in (*self.other_inventories, self.inventory_dir) if d]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -124,6 +138,7 @@ class LabState:
             version=int(data.get("version", 0)),
             rootfs=str(data.get("rootfs", "")),
             inventory_dir=str(data.get("inventory_dir", "")),
+            other_inventories=[str(d) for d in data.get("other_inventories") or []],
             machines=machines,
         )
 

@@ -172,3 +172,23 @@ def test_a_lab_that_cannot_be_rebuilt_skips_the_rest_with_one_reason(tmp_path: P
               "the rest of this stream is skipped")
     assert out.count(reason) >= 2, out  # test_three's error, test_four's skip
     assert "PASSED test_b.py::test_not_a_lab_test" in out
+
+
+def test_an_up_for_another_inventory_keeps_the_one_a_running_session_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two clones (or sessions) on one host share lab N: the second `lab up` writes its own
+    inventory and no longer removes the first one's, which that session's next test needs; `down`
+    removes both (they are recorded in the state file)."""
+    monkeypatch.setenv("SPARKCTL_LAB_RUN_DIR", str(tmp_path / "run"))
+    first, second = tmp_path / "a" / "inventory" / "lab1", tmp_path / "b" / "inventory" / "lab1"
+    st = state.LabState(rootfs="/nowhere")
+    st.adopt_inventory(first)
+    st.adopt_inventory(second)
+    st.adopt_inventory(second)
+    assert st.inventory_dir == str(second) and st.other_inventories == [str(first)]
+    state.save(st)
+    again = state.load()
+    assert again is not None and again.inventories() == [first, second]
+    again.adopt_inventory(first)  # back to the first: it is the current one, listed once
+    assert again.inventories() == [second, first]

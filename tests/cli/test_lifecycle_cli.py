@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.runner import NODES, FakeRunner, Outcome
 
 from sparkctl.ansible import results, runner
-from sparkctl.ansible.plan import Plan
 from sparkctl.cli import common, serving
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from sparkctl.serve.up import UpResult
 
-NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
 UPGRADE = """
 sparkctl_upgrade:
   packages:
@@ -28,44 +27,29 @@ sparkctl_upgrade:
 """
 
 
-class FakeRunner:
-    """runner.execute: records every plan; upgrade.yml reports the nodes in ``done`` and fails on
-    ``fail_on`` (as serial 1 does: the nodes after it never run)."""
+def upgrade_report(out: Outcome) -> None:
+    """upgrade.yml reports the nodes it upgraded; serial 1: the nodes after a failing one never run."""
+    stopped = [n for n in NODES if n in out.failed_hosts]
+    done = NODES if not stopped else NODES[: NODES.index(stopped[0])]
+    out.reported[results.UPGRADE] = {
+        n: {"before": {"nvidia-driver-580-open": "575.57.08-0ubuntu1"},
+            "after": {"nvidia-driver-580-open": "580.95.05-0ubuntu1"},
+            "installed": ["nvidia-driver-580-open"], "commands": 1, "rebooted": True,
+            "identity": {"kernel": "6.11.0-1016-nvidia"}}
+        for n in done
+    }
 
-    def __init__(self) -> None:
-        self.plans: list[Plan] = []
-        self.fail_on: str | None = None
 
-    def __call__(self, plan: Plan, on_event: Any = None, **_: Any) -> runner.RunResult:
-        self.plans.append(plan)
-        failures: list[runner.Failure] = []
-        reported: dict[str, Any] = {}
-        if plan.playbook == "upgrade.yml":
-            done = NODES if self.fail_on is None else NODES[: NODES.index(self.fail_on)]
-            reported[results.UPGRADE] = {
-                n: {"before": {"nvidia-driver-580-open": "575.57.08-0ubuntu1"},
-                    "after": {"nvidia-driver-580-open": "580.95.05-0ubuntu1"},
-                    "installed": ["nvidia-driver-580-open"], "commands": 1, "rebooted": True,
-                    "identity": {"kernel": "6.11.0-1016-nvidia"}}
-                for n in done
-            }
-            if self.fail_on:
-                failures.append(runner.Failure(
-                    host=self.fail_on, task="Compare this node's identity with the nodes upgraded before it",
-                    msg=f"{self.fail_on} came back with a different identity: kernel is 6.8.0 here",
-                    unreachable=False))
-        bad = {f.host for f in failures}
-        return runner.RunResult(
-            plan=plan, rc=2 if failures else 0, status="failed" if failures else "successful",
-            stats={h: runner.HostStats(ok=3, changed=1, failed=int(h in bad)) for h in NODES},
-            failures=failures, artifact_dir=Path("/tmp/fake-run/artifacts"), run_dir=Path("/tmp/fake-run"),
-            duration_s=1.0, reported=reported,
-        )
+def fail_upgrade_on(fake: FakeRunner, node: str) -> None:
+    """upgrade.yml fails on ``node``: it came back with another identity."""
+    fake.fail_on["upgrade.yml"] = [runner.Failure(
+        host=node, task="Compare this node's identity with the nodes upgraded before it",
+        msg=f"{node} came back with a different identity: kernel is 6.8.0 here", unreachable=False)]
 
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
-    f = FakeRunner()
+    f = FakeRunner(NODES, ok=3, changed=1, on_playbook={"upgrade.yml": upgrade_report})
     monkeypatch.setattr(runner, "execute", f)
     return f
 
@@ -151,7 +135,7 @@ def test_upgrade_check_mode_stops_after_the_playbook(run_cli: Any, site: Path, f
 
 def test_upgrade_stops_at_the_failing_node_and_names_the_untouched(
         run_cli: Any, site: Path, fake: FakeRunner, ups: list[Any]) -> None:
-    fake.fail_on = "spark-2"
+    fail_upgrade_on(fake, "spark-2")
     res = run_cli("-i", str(site), "upgrade", "--yes")
     assert res.code == EXIT_FAILED
     assert "upgrade stopped at spark-2" in res.err
@@ -163,7 +147,7 @@ def test_upgrade_stops_at_the_failing_node_and_names_the_untouched(
 
 def test_upgrade_json_names_the_failed_node(run_cli: Any, site: Path, fake: FakeRunner,
                                             ups: list[Any]) -> None:
-    fake.fail_on = "spark-2"
+    fail_upgrade_on(fake, "spark-2")
     res = run_cli("-i", str(site), "--json", "upgrade", "--yes")
     assert res.code == EXIT_FAILED
     doc = json.loads(res.out)

@@ -9,44 +9,37 @@ from typing import Any
 
 import pytest
 import yaml
+from support.runner import NODES, FakeRunner, Outcome
 
 from sparkctl.ansible import runner
-from sparkctl.ansible.plan import Plan
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
-NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
 IDENTITY = {"os": "Ubuntu 24.04.3 LTS", "kernel": "6.11.0-1016-nvidia", "nvidia_driver": "580.95.05",
             "cuda": "13.0", "cx7_firmware": "28.45.1020", "bios": "5.36_0ACUM018"}
 
 
-class FakeRunner:
-    """Stands in for runner.execute: records plans; the identity module answers per node."""
-
-    def __init__(self) -> None:
-        self.plans: list[Plan] = []
-        self.identity = {n: dict(IDENTITY) for n in NODES}
-        self.failures: list[runner.Failure] = []
-        self.switch_changed = 0
-
-    def __call__(self, plan: Plan, on_event: Any = None, **_: Any) -> runner.RunResult:
-        self.plans.append(plan)
-        dark = {f.host for f in self.failures if f.unreachable}
-        # The result is found by the module's return value, whatever the task is called.
-        results = {"Some task name": {n: {"identity": ident, "missing_netdevs": [], "rdma": True}
-                                      for n, ident in self.identity.items() if n not in dark}}
-        stats = {n: runner.HostStats(ok=6, unreachable=int(n in dark)) for n in NODES}
-        if plan.playbook == "switch.yml":
-            stats["crs812"] = runner.HostStats(ok=4, changed=self.switch_changed)
-        return runner.RunResult(
-            plan=plan, rc=2 if self.failures else 0, status="failed" if self.failures else "successful",
-            stats=stats, failures=list(self.failures), artifact_dir=Path("/tmp/fake-run/artifacts"),
-            run_dir=Path("/tmp/fake-run"), duration_s=0.8, results=results,
-        )
+@pytest.fixture
+def identity() -> dict[str, dict[str, str]]:
+    """What the identity module answers per node."""
+    return {n: dict(IDENTITY) for n in NODES}
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
-    f = FakeRunner()
+def fake(monkeypatch: pytest.MonkeyPatch, identity: dict[str, dict[str, str]]) -> FakeRunner:
+    """runner.execute: the identity module answers on every node that is reachable (its result is found
+    by the module's return value, whatever the task is called); switch.yml also runs on the switch,
+    which is where its ``changed`` are."""
+
+    def answer_identity(out: Outcome) -> None:
+        out.results = {"Some task name": {n: {"identity": ident, "missing_netdevs": [], "rdma": True}
+                                          for n, ident in identity.items() if n not in out.unreachable_hosts}}
+
+    def on_the_switch(out: Outcome) -> None:
+        out.stats["crs812"] = runner.HostStats(ok=4, changed=out.changed)
+        out.changed = 0
+
+    f = FakeRunner(NODES, ok=6, duration_s=0.8, on_run=answer_identity,
+                   on_playbook={"switch.yml": on_the_switch})
     monkeypatch.setattr(runner, "execute", f)
     return f
 
@@ -66,9 +59,9 @@ def test_preflight_runs_the_preflight_playbook_and_shows_the_identity_table(
 
 
 def test_preflight_json_names_the_field_that_differs_and_exits_1(
-    run_cli: Any, example_copy: Path, fake: FakeRunner
+    run_cli: Any, example_copy: Path, fake: FakeRunner, identity: dict[str, dict[str, str]]
 ) -> None:
-    fake.identity["spark-2"]["kernel"] = "6.8.0-1010-nvidia"
+    identity["spark-2"]["kernel"] = "6.8.0-1010-nvidia"
     fake.failures = [runner.Failure("spark-0", "Refuse nodes that differ", "node identity differs in kernel")]
     res = run_cli("-i", str(example_copy), "--json", "preflight")
     assert res.code == EXIT_FAILED
@@ -102,7 +95,7 @@ def test_preflight_limit_is_checked_before_anything_runs(
 
 
 def test_switch_diff_is_check_mode_with_diff(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
-    fake.switch_changed = 3
+    fake.changed = 3
     res = run_cli("-i", str(example_copy), "switch", "diff")
     assert res.code == EXIT_OK, res.err
     (plan,) = fake.plans
@@ -115,7 +108,7 @@ def test_switch_diff_is_check_mode_with_diff(run_cli: Any, example_copy: Path, f
 def test_switch_apply_runs_for_real(
     run_cli: Any, example_copy: Path, fake: FakeRunner, extra: list[str], diff: bool
 ) -> None:
-    fake.switch_changed = 2
+    fake.changed = 2
     res = run_cli("-i", str(example_copy), "--json", "switch", "apply", *extra)
     assert res.code == EXIT_OK, res.err
     (plan,) = fake.plans

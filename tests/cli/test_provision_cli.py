@@ -9,56 +9,24 @@ from typing import Any
 
 import pytest
 import yaml
+from support.runner import NODES, FakeRunner, Outcome
 
 from sparkctl.ansible import results, runner
-from sparkctl.ansible.plan import Plan
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
-NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
 
-
-class FakeRunner:
-    """Stands in for runner.execute: records plans, feeds events, returns a canned result."""
-
-    def __init__(self) -> None:
-        self.plans: list[Plan] = []
-        self.failures: list[runner.Failure] = []
-        self.reported: dict[str, dict[str, Any]] = {}
-        self.changed = 0
-
-    def __call__(self, plan: Plan, on_event: Any = None, **_: Any) -> runner.RunResult:
-        self.plans.append(plan)
-        hosts = [*NODES, "crs812"]
-        if on_event is not None:
-            on_event(runner.RunnerEvent(runner.PLAY, task="Provision the Spark nodes"))
-            for h in hosts:
-                on_event(runner.RunnerEvent(runner.TASK, host=h, task="Write the fabric netplan"))
-                on_event(runner.RunnerEvent(runner.CHANGED if self.changed else runner.OK, host=h, task="x"))
-        bad = {f.host for f in self.failures}
-        stats = {
-            h: runner.HostStats(ok=5, changed=self.changed, failed=int(h in bad and not self._unr(h)),
-                                unreachable=int(self._unr(h)))
-            for h in hosts
-        }
-        return runner.RunResult(
-            plan=plan,
-            rc=2 if self.failures else 0,
-            status="failed" if self.failures else "successful",
-            stats=stats,
-            failures=list(self.failures),
-            artifact_dir=Path("/tmp/fake-run/artifacts/ansible"),
-            run_dir=Path("/tmp/fake-run"),
-            duration_s=1.5,
-            reported=self.reported,
-        )
-
-    def _unr(self, host: str) -> bool:
-        return any(f.host == host and f.unreachable for f in self.failures)
+def provision_events(out: Outcome) -> list[runner.RunnerEvent]:
+    """One play, then on every host a task that changed something (or not, as the run's ``changed``)."""
+    events = [runner.RunnerEvent(runner.PLAY, task="Provision the Spark nodes")]
+    for h in out.hosts:
+        events.append(runner.RunnerEvent(runner.TASK, host=h, task="Write the fabric netplan"))
+        events.append(runner.RunnerEvent(runner.CHANGED if out.changed else runner.OK, host=h, task="x"))
+    return events
 
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
-    f = FakeRunner()
+    f = FakeRunner([*NODES, "crs812"], ok=5, duration_s=1.5, events=provision_events)
     monkeypatch.setattr(runner, "execute", f)
     return f
 

@@ -1,84 +1,25 @@
-"""`sparkctl up/down/status/logs/bundle` with the runner, the SSH fleet and the API faked:
-which playbooks run in which order, what is refused, which exit code, and no secret in a bundle."""
+"""`sparkctl up/down/status/logs/bundle` with the runner, the SSH fleet and the API faked (the
+lab-shaped site of support.serve_site): which playbooks run in which order, what is refused, which
+exit code, and no secret in a bundle."""
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
-import importlib
 import io
 import json
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import gates_fakes as fakes
+from support.serve_site import Site
 
-from sparkctl.ansible import runner
-from sparkctl.ansible.plan import Plan
-from sparkctl.cli import common
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE
 from sparkctl.serve import faststop, probe
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-fakes = importlib.import_module("gates_fakes")
 GIB = fakes.GIB
 API_KEY = fakes.API_KEY
-
-
-class Site:
-    """A lab-shaped site whose nodes follow the playbooks the fake runner is asked to run."""
-
-    def __init__(self, tmp: Path, monkeypatch: pytest.MonkeyPatch, overrides: dict[str, Any] | None = None):
-        self.cluster, self.doc = fakes.lab_cluster(tmp, overrides)
-        self.inventory = Path(self.cluster.inventory_dir)
-        names = [n.name for n in self.cluster.nodes]
-        self.nodes = fakes.FakeNodes(names, {n.name: n.rank for n in self.cluster.nodes})
-        self.api = fakes.FakeApi(self.cluster, self.doc)
-        for st in self.nodes.state.values():
-            st.markers = {"The server is fired up and ready to roll!": 1}
-        self.plans: list[Plan] = []
-        self.fail_playbook: str | None = None
-        self.after_up: Any = None
-        self.run_dirs: list[Path | None] = []
-        # The serving verbs' collaborators: the real ones (kit reference, question) but for these.
-        self.tools = dataclasses.replace(
-            common.tools(), execute=self.execute, fleet=lambda cluster: self.nodes, http=self.api.client,
-            new_run_dir=lambda verb: tmp / f"run-{verb}",
-            qualify=lambda cluster, run_dir: lambda: (True, "passed"),
-        )
-        monkeypatch.setattr(common, "tools", lambda: self.tools)
-
-    def execute(self, plan: Plan, on_event: Any = None, run_dir: Path | None = None) -> runner.RunResult:
-        self.plans.append(plan)
-        self.run_dirs.append(run_dir)
-        failures = []
-        changed = 0
-        if plan.playbook == self.fail_playbook:
-            failures = [runner.Failure("spark-2", "Start the ranks of this wave", "unit failed to start")]
-        elif plan.playbook == "up.yml":
-            for st in self.nodes.state.values():
-                st.unit = "active"
-            if self.after_up:
-                self.after_up(self.nodes.state)
-            changed = 1
-        elif plan.playbook == "down.yml":
-            changed = int(any(st.unit != "inactive" for st in self.nodes.state.values()))
-            for st in self.nodes.state.values():
-                st.unit = "inactive"
-        stats = {n: runner.HostStats(ok=3, changed=changed) for n in self.nodes.state}
-        return runner.RunResult(plan, 2 if failures else 0, "failed" if failures else "successful", stats,
-                                failures, Path("/tmp/fake/artifacts"), Path("/tmp/fake"), 0.1)
-
-    def books(self) -> list[str]:
-        return [p.playbook for p in self.plans]
-
-    def stop_rounds(self) -> int:
-        """How many times every node was sent the stop script (sparkctl.serve.faststop)."""
-        stops = [n for n, what in self.nodes.calls if what == "stop"]
-        assert len(stops) % len(self.nodes.state) == 0, stops
-        return len(stops) // len(self.nodes.state)
 
 
 @pytest.fixture

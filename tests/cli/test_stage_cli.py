@@ -7,14 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_runs import reported_run
+from support.runner import NODES, FakeRunner, task_events
 
 from sparkctl.ansible import results, runner
-from sparkctl.ansible.plan import Plan
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
-NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
-FACTS = "Summarise the staged files on this node (quick check)"
 VERIFY = "Verify every checkpoint file and packed shard (full re-hash)"
 FANOUT = "Receive from the previous rank and serve the next one over the fabric"
 
@@ -31,32 +28,24 @@ def stage_facts(host: str, ok: bool = True) -> dict[str, Any]:
     }
 
 
-class FakeRunner:
-    def __init__(self, failures: list[runner.Failure] | None = None, task: str = FACTS):
-        self.plans: list[Plan] = []
-        self.failures = failures or []
-        self.task = task
+TRANSFER = {"counts": {"transferred": 6}, "bytes_moved": 1 << 30, "bytes_total": 1 << 30, "seconds": 2.0,
+            "rate_mib_s": 512.0}
 
-    def __call__(self, plan: Plan, on_event: Any = None, **_: Any) -> runner.RunResult:
-        self.plans.append(plan)
-        if on_event is not None:
-            for h in NODES:
-                on_event(runner.RunnerEvent(runner.TASK, host=h, task=FANOUT))
-        bad = {f.host for f in self.failures}
-        transfer = {"counts": {"transferred": 6}, "bytes_moved": 1 << 30, "bytes_total": 1 << 30,
-                    "seconds": 2.0, "rate_mib_s": 512.0}
-        # What playbooks/stage.yml reports per node through set_stats (failed nodes report nothing).
-        reported = {results.STAGE: {
-            h: {"stage": stage_facts(h)["stage"], "pack": {},
-                "transfer": transfer if h != NODES[0] else {"skipped": True}}
-            for h in NODES if h not in bad
-        }}
-        return reported_run(plan, NODES, self.failures, reported, ok=9, duration_s=3.0)
+
+def stage_report(host: str) -> dict[str, Any]:
+    """What playbooks/stage.yml reports for one node through set_stats (failed nodes report nothing)."""
+    return {"stage": stage_facts(host)["stage"], "pack": {},
+            "transfer": TRANSFER if host != NODES[0] else {"skipped": True}}
+
+
+def stage_runner(failures: list[runner.Failure] | None = None) -> FakeRunner:
+    return FakeRunner(NODES, ok=9, duration_s=3.0, failures=failures or [], events=task_events(FANOUT),
+                      per_node={results.STAGE: stage_report})
 
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
-    f = FakeRunner()
+    f = stage_runner()
     monkeypatch.setattr(runner, "execute", f)
     return f
 
@@ -96,7 +85,7 @@ def test_verify_only_failure_names_node_and_file(
     run_cli: Any, example_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     msg = "spark-1: /mnt/nvme/models/x/model-00002-of-00048.safetensors: SHA-256 ab… differs"
-    f = FakeRunner([runner.Failure("spark-1", VERIFY, msg)], task=VERIFY)
+    f = stage_runner([runner.Failure("spark-1", VERIFY, msg)])
     monkeypatch.setattr(runner, "execute", f)
     res = run_cli("-i", str(example_copy), "stage", "--verify-only")
     assert res.code == EXIT_FAILED

@@ -4,50 +4,30 @@ means the playbook, and --full, --verify-only and --force always run it."""
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_runs import reported_run
+from support import synth_checkpoint
+from support.runner import FakeRunner
+from support.stage_fakes import EXPECTED, AnswerFleet, clean_stagecheck, kit_reference, stage_site
 
 from sparkctl.ansible import runner
-from sparkctl.ansible.plan import Plan
 from sparkctl.cli import common
 from sparkctl.errors import EXIT_OK
-
-UNIT = Path(__file__).resolve().parents[1] / "unit"
-sys.path.insert(0, str(UNIT))
-sys.path.insert(0, str(UNIT.parent / "fixtures"))
-import synth_checkpoint  # noqa: E402
-
-fast_tests = importlib.import_module("test_faststage")
-
-
-class Recorder:
-    def __init__(self, names: list[str]) -> None:
-        self.plans: list[Plan] = []
-        self.names = names
-
-    def __call__(self, plan: Plan, on_event: Any = None, **_: Any) -> runner.RunResult:
-        self.plans.append(plan)
-        return reported_run(plan, self.names, [], {}, ok=3, duration_s=1.0)
 
 
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    cluster = fast_tests._site(tmp_path)
+    cluster = stage_site(tmp_path)
     synth_checkpoint.write_checkpoint(cluster.checkpoint.path, engram_rows=(53, 49), filler_shards=1,
                                       filler_mib=0.01)
-    answers = fast_tests._clean(cluster, fast_tests.EXPECTED)
-    fleet = fast_tests.AnswerFleet(answers)
-    fleet.close = lambda: None  # type: ignore[attr-defined]
-    names = [n.name for n in cluster.nodes]
-    rec = Recorder(names)
+    answers = clean_stagecheck(cluster, EXPECTED)
+    fleet = AnswerFleet(answers)
+    rec = FakeRunner([n.name for n in cluster.nodes], ok=3)
     tools = dataclasses.replace(common.tools(), fleet=lambda cluster: fleet,
-                                kit_reference=lambda cluster: fast_tests._kit())
+                                kit_reference=lambda cluster: kit_reference())
     monkeypatch.setattr(common, "tools", lambda: tools)
     monkeypatch.setattr(runner, "execute", rec)
     inv = tmp_path / "lab"

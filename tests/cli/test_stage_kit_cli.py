@@ -5,25 +5,20 @@ names the node, the file and both digests."""
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from fake_runs import reported_run
+from support import gates_fakes as fakes
+from support.runner import NODES, FakeRunner
 
 from sparkctl.ansible import results, runner
-from sparkctl.ansible.plan import Plan, for_stage
+from sparkctl.ansible.plan import for_stage
 from sparkctl.cli import common
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-fakes = importlib.import_module("gates_fakes")
-
-NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
 COMMIT = "25e7cb82f6524e3bbc46db6a9a54125e75e36d0e"
 VERIFY = "Verify every kit file and the current link against the configured kit"
 OVERLAY = "patches/source/python/sglang/srt/distributed/device_communicators/pynccl.py"
@@ -31,36 +26,27 @@ TAMPERED = (f"spark-1: kit {COMMIT} fails verification: {OVERLAY}: content diffe
             f"(expected {'a' * 64}, actual {'b' * 64})")
 
 
-class KitRunner:
+def kit_runner(failures: list[runner.Failure] | None = None, moved: int = 0) -> FakeRunner:
     """playbooks/stage.yml as seen through set_stats: the kit reported per node, or failures."""
+    transfer = {"counts": {"keep": 12}, "bytes_moved": moved, "bytes_total": 81920, "seconds": 0.2,
+                "files": {"a": "keep"}, "log": []}
 
-    def __init__(self, failures: list[runner.Failure] | None = None, moved: int = 0):
-        self.plans: list[Plan] = []
-        self.failures = failures or []
-        self.moved = moved
-
-    def __call__(self, plan: Plan, on_event: Any = None, **_: Any) -> runner.RunResult:
-        self.plans.append(plan)
-        bad = {f.host for f in self.failures}
-        transfer = {"counts": {"keep": 12}, "bytes_moved": self.moved, "bytes_total": 81920, "seconds": 0.2,
-                    "files": {"a": "keep"}, "log": []}
-        reported = {results.KIT: {
-            h: {"version": COMMIT, "tree_sha256": "c" * 64, "verified": True, "files": 12, "current": COMMIT,
+    def kit(host: str) -> dict[str, Any]:
+        return {"version": COMMIT, "tree_sha256": "c" * 64, "verified": True, "files": 12, "current": COMMIT,
                 "switched": False, "transfer": transfer, "image": {"checked": False, "reason": "absent"}}
-            for h in NODES if h not in bad
-        }}
-        return reported_run(plan, NODES, self.failures, reported, ok=5, duration_s=1.0)
+
+    return FakeRunner(NODES, ok=5, failures=failures or [], per_node={results.KIT: kit})
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> KitRunner:
-    f = KitRunner()
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
+    f = kit_runner()
     monkeypatch.setattr(runner, "execute", f)
     return f
 
 
 def test_stage_kit_runs_the_stage_playbook_for_the_kit(run_cli: Any, example_copy: Path,
-                                                       fake: KitRunner) -> None:
+                                                       fake: FakeRunner) -> None:
     res = run_cli("-i", str(example_copy), "stage", "kit")
     assert res.code == EXIT_OK, res.err
     (plan,) = fake.plans
@@ -72,7 +58,7 @@ def test_stage_kit_runs_the_stage_playbook_for_the_kit(run_cli: Any, example_cop
 
 
 def test_stage_kit_json_carries_version_digest_and_bytes(run_cli: Any, example_copy: Path,
-                                                         fake: KitRunner) -> None:
+                                                         fake: FakeRunner) -> None:
     res = run_cli("-i", str(example_copy), "--json", "stage", "kit")
     assert res.code == EXIT_OK, res.err
     kit = json.loads(res.out)["nodes"]["spark-3"]["kit"]
@@ -84,7 +70,7 @@ def test_stage_kit_json_carries_version_digest_and_bytes(run_cli: Any, example_c
 def test_stage_kit_verify_only_names_node_path_and_digests(
     run_cli: Any, example_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    f = KitRunner([runner.Failure("spark-1", VERIFY, TAMPERED)])
+    f = kit_runner([runner.Failure("spark-1", VERIFY, TAMPERED)])
     monkeypatch.setattr(runner, "execute", f)
     res = run_cli("-i", str(example_copy), "stage", "kit", "--verify-only")
     assert res.code == EXIT_FAILED
@@ -94,7 +80,7 @@ def test_stage_kit_verify_only_names_node_path_and_digests(
     assert OVERLAY.replace(" ", "") in text and "a" * 64 in text and "b" * 64 in text
 
 
-def test_stage_kit_without_a_kit_is_bad_input(run_cli: Any, tmp_path: Path, fake: KitRunner) -> None:
+def test_stage_kit_without_a_kit_is_bad_input(run_cli: Any, tmp_path: Path, fake: FakeRunner) -> None:
     cluster, _ = fakes.lab_cluster(tmp_path)  # a site whose profile needs no kit, and has none
     assert cluster.kit is None
     res = run_cli("-i", str(cluster.inventory_dir), "stage", "kit")
@@ -119,21 +105,13 @@ def test_up_refuses_a_tampered_kit_and_starts_nothing(run_cli: Any, tmp_path: Pa
     cluster, doc = fakes.lab_cluster(tmp_path)
     nodes = fakes.FakeNodes([n.name for n in cluster.nodes], {n.name: n.rank for n in cluster.nodes})
     api = fakes.FakeApi(cluster, doc)
-    books: list[str] = []
-
-    def execute(plan: Plan, on_event: Any = None, run_dir: Path | None = None) -> runner.RunResult:
-        books.append(plan.playbook)
-        failures = [runner.Failure("spark-1", VERIFY, TAMPERED)] if plan.playbook == "up.yml" else []
-        return runner.RunResult(plan, 2 if failures else 0, "failed" if failures else "successful",
-                                {n: runner.HostStats(ok=1) for n in nodes.state}, failures,
-                                Path("/tmp/fake/artifacts"), Path("/tmp/fake"), 0.1)
-
-    tools = dataclasses.replace(common.tools(), execute=execute, fleet=lambda c: nodes, http=api.client,
+    playbooks = FakeRunner(nodes.state, fail_on={"up.yml": [runner.Failure("spark-1", VERIFY, TAMPERED)]})
+    tools = dataclasses.replace(common.tools(), execute=playbooks, fleet=lambda c: nodes, http=api.client,
                                 new_run_dir=lambda verb: tmp_path / f"run-{verb}")
     monkeypatch.setattr(common, "tools", lambda: tools)
     res = run_cli("-i", str(cluster.inventory_dir), "up")
     assert res.code == EXIT_FAILED
-    assert books[0] == "up.yml" and all(st.unit == "inactive" for st in nodes.state.values())
+    assert playbooks.books()[0] == "up.yml" and all(st.unit == "inactive" for st in nodes.state.values())
     text = "".join(line.strip("│ ") for line in res.err.splitlines())
     assert "spark-1" in res.err and OVERLAY in text and "a" * 64 in text and "b" * 64 in text
 

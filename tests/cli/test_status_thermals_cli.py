@@ -4,21 +4,17 @@ in --json beside an unchanged verdict, and `--format prometheus` parsed by prome
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support import gates_fakes as fakes
+from support.gates_fakes import GpuNodes
 
 from sparkctl.cli import common
 from sparkctl.errors import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-fakes = importlib.import_module("gates_fakes")
-GpuNodes = importlib.import_module("test_thermals").GpuNodes
 
 
 def dev(temp: float, sm: float, util: float = 95.0) -> dict[str, Any]:

@@ -1,23 +1,21 @@
 """``serve.up.Up`` and ``serve.down.Down`` without the CLI: every collaborator is a constructor
-argument (the lab-shaped fake site of test_serve_cli), every line goes to the ``Output`` given."""
+argument (the lab-shaped fake site of support.serve_site), every line goes to the ``Output`` given."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.serve_site import Site
 
 from sparkctl.errors import InputError
 from sparkctl.serve import bootwatch
 from sparkctl.serve.down import Down
 from sparkctl.serve.tools import OK
 from sparkctl.serve.up import Up
-
-serve_cli = importlib.import_module("test_serve_cli")
 
 
 class Recorded:
@@ -50,8 +48,8 @@ class Recorded:
 
 
 @pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    return serve_cli.Site(tmp_path, monkeypatch)
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Site:
+    return Site(tmp_path, monkeypatch)
 
 
 def test_up_starts_through_its_collaborators_into_one_run_directory(site: Any, tmp_path: Path) -> None:

@@ -1,22 +1,22 @@
 """`sparkctl watch`, `events` and the supervisor's marks on `up`, `down` and `status`, with the runner,
-the SSH fleet and the API faked (the lab-shaped site of test_serve_cli)."""
+the SSH fleet and the API faked (the lab-shaped site of support.serve_site)."""
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from support import gates_fakes as fakes
+from support.serve_site import Site
 
 from sparkctl.cli import watch
 from sparkctl.errors import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE
 from sparkctl.serve import events, watchunit
 
-serve_cli = importlib.import_module("test_serve_cli")
-API_KEY = serve_cli.API_KEY
+API_KEY = fakes.API_KEY
 
 
 class Stop(KeyboardInterrupt):
@@ -25,7 +25,7 @@ class Stop(KeyboardInterrupt):
 
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    s = serve_cli.Site(tmp_path, monkeypatch)
+    s = Site(tmp_path, monkeypatch)
     gv = s.inventory / "group_vars" / "all" / "sparkctl.yml"
     doc = yaml.safe_load(gv.read_text())
     doc["sparkctl_supervisor"] = {"interval_s": 1, "settle_s": 0, "max_restarts": 1, "window_s": 3600}

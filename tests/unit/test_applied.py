@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from modrun import LOCAL_RUN_ENV
+from support.modrun import LOCAL_RUN_ENV
 
 from sparkctl.nodeside import applied, system
 

@@ -4,39 +4,32 @@ provenance label."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import synth_checkpoint
+from support.gates_fakes import KIT_VERSION
+from support.stage_fakes import (
+    EXPECTED,
+    HEAD_ID,
+    OTHER_ID,
+    AnswerFleet,
+    clean_stagecheck,
+    kit_reference,
+    stage_site,
+)
 
 from sparkctl.nodeside import kit as nodekit
 from sparkctl.nodeside import ship
 from sparkctl.serve import fastup
-from sparkctl.ssh.fleet import HostResult
 from sparkctl.stage import dsv41en1, faststage
 from sparkctl.stage import image as stage_image
 from sparkctl.stage import manifest as mf
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-import synth_checkpoint
-
-fastup_tests = importlib.import_module("test_fastup")
-
-HEAD_ID = "sha256:" + "1" * 64
-OTHER_ID = "sha256:" + "2" * 64
-KIT_VERSION = "a" * 40
-
-
-class Kit:
-    def __init__(self, store: str, version: str, manifest: dict[str, Any]) -> None:
-        self.store, self.version, self.manifest = store, version, manifest
 
 
 def _run(script: str, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -194,45 +187,12 @@ def test_every_shipped_module_finds_what_it_imports_shipped_before_it(modules: t
 # --- the verdict ---------------------------------------------------------------------------------
 
 
-def _site(tmp: Path, image_id: str | None = None, source: str = "build") -> Any:
-    tmp.mkdir(parents=True, exist_ok=True)
-    cluster, _doc = fastup_tests.container_site(tmp, image_id)
-    if source != "build":
-        runtime = cluster.runtime.model_copy(update={"image_source": source})
-        cluster = cluster.model_copy(update={"runtime": runtime})
-    return cluster
-
-
-def _kit() -> Kit:
-    return Kit("/srv/sparkctl/kit", KIT_VERSION, {"files": [{"path": "a", "size": 1, "sha256": "0" * 64}],
-                                                  "source": {"tree_sha256": "f" * 64}})
-
-
-def _clean(cluster: Any, expected: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for n in cluster.nodes:
-        ans: dict[str, Any] = {
-            "mode": "stagecheck",
-            "kit": {"version": KIT_VERSION, "current": KIT_VERSION, "problems": [], "count": 0},
-            "image": {"found": {"id": HEAD_ID, "size": 1, "by": "ref"}},
-            "weights": {"problems": [], "count": 0, "extra": []},
-            "engram": {"present": True, "verified": True, "problems": [],
-                       "files": [{"name": f"engram-l1-r{n.rank}of4.bin"}]},
-        }
-        if n.rank == 0:
-            ans["image"]["build"] = {"current": True, "why": ""}
-        out[n.name] = ans
-    return out
-
-
-EXPECTED = {"files": [{"path": "config.json", "size": 10, "sha256": "0" * 64}]}
-
-
 def test_nodes_holding_everything_need_no_playbook(tmp_path: Path) -> None:
-    cluster = _site(tmp_path)
+    cluster = stage_site(tmp_path)
     todo = faststage.parts(cluster, "all")
     assert todo == ["kit", "image", "weights", "engram"]
-    reasons, nodes = faststage.judge(cluster, todo, _clean(cluster, EXPECTED), _kit(), EXPECTED)
+    reasons, nodes = faststage.judge(cluster, todo, clean_stagecheck(cluster, EXPECTED), kit_reference(),
+                                     EXPECTED)
     assert reasons == []
     assert nodes["spark-2"]["weights"] == {"present": True, "verified": True, "files": 1, "bytes": 10,
                                            "problems": []}
@@ -262,62 +222,50 @@ def _set(ans: dict[str, Any], node: str, path: list[str], value: Any) -> None:
     ("spark-3", ["engram"], {"error": "boom"}, "spark-3: the Engram shards could not be read (boom)"),
 ])
 def test_each_difference_is_named(tmp_path: Path, node: str, path: list[str], value: Any, said: str) -> None:
-    cluster = _site(tmp_path)
-    ans = _clean(cluster, EXPECTED)
+    cluster = stage_site(tmp_path)
+    ans = clean_stagecheck(cluster, EXPECTED)
     _set(ans, node, path, value)
-    reasons, _ = faststage.judge(cluster, faststage.parts(cluster, "all"), ans, _kit(), EXPECTED)
+    reasons, _ = faststage.judge(cluster, faststage.parts(cluster, "all"), ans, kit_reference(), EXPECTED)
     assert len(reasons) == 1 and reasons[0].startswith(said), reasons
 
 
 def test_an_extra_file_on_a_worker_is_not_a_reason_as_the_playbook_leaves_it(tmp_path: Path) -> None:
-    cluster = _site(tmp_path)
-    ans = _clean(cluster, EXPECTED)
+    cluster = stage_site(tmp_path)
+    ans = clean_stagecheck(cluster, EXPECTED)
     _set(ans, "spark-1", ["weights", "extra"], ["old.safetensors"])
-    assert faststage.judge(cluster, faststage.parts(cluster, "all"), ans, _kit(), EXPECTED)[0] == []
+    assert faststage.judge(cluster, faststage.parts(cluster, "all"), ans, kit_reference(), EXPECTED)[0] == []
 
 
 def test_the_pin_decides_and_an_unpinned_pull_is_the_playbooks(tmp_path: Path) -> None:
-    pinned = _site(tmp_path / "a", image_id=OTHER_ID, source="pull")
-    ans = _clean(pinned, EXPECTED)
+    pinned = stage_site(tmp_path / "a", image_id=OTHER_ID, source="pull")
+    ans = clean_stagecheck(pinned, EXPECTED)
     reasons, _ = faststage.judge(pinned, ["image"], ans, None, None)
     assert len(reasons) == 4 and all(f"not the pinned image {OTHER_ID}" in r for r in reasons)
-    unpinned = _site(tmp_path / "b", source="pull")
-    reasons, _ = faststage.judge(unpinned, ["image"], _clean(unpinned, EXPECTED), None, None)
+    unpinned = stage_site(tmp_path / "b", source="pull")
+    reasons, _ = faststage.judge(unpinned, ["image"], clean_stagecheck(unpinned, EXPECTED), None, None)
     assert reasons == ["the image is not pinned (sparkctl_runtime.image_id) and comes by pull: "
                        "the playbook consults its source"]
 
 
-class AnswerFleet:
-    """Answers each node's check with the given JSON (or makes it unreachable); records the scripts."""
-
-    def __init__(self, answers: dict[str, Any]) -> None:
-        self.answers, self.scripts = answers, {}
-
-    def run(self, scripts: Any, timeout: float = 10.0, only: Any = None) -> dict[str, HostResult]:
-        self.scripts = dict(scripts)
-        return {n: HostResult(n, error=a) if isinstance(a, str) else HostResult(n, 0, json.dumps(a) + "\n")
-                for n, a in self.answers.items() if n in only}
-
-
 def test_check_builds_the_controller_manifest_and_asks_every_node_once(tmp_path: Path) -> None:
-    cluster = _site(tmp_path)
+    cluster = stage_site(tmp_path)
     synth_checkpoint.write_checkpoint(cluster.checkpoint.path, engram_rows=(53, 49), filler_shards=1,
                                       filler_mib=0.01)
-    ans = _clean(cluster, EXPECTED)
+    ans = clean_stagecheck(cluster, EXPECTED)
     fleet = AnswerFleet(ans)
-    got = faststage.check(cluster, "all", fleet, _kit())
+    got = faststage.check(cluster, "all", fleet, kit_reference())
     assert got.ok and got.as_dict()["path"] == "fast"
     assert set(fleet.scripts) == {n.name for n in cluster.nodes}
     head = fleet.scripts["spark-0"]
     assert '\\"build\\"' in head and '\\"build\\"' not in fleet.scripts["spark-1"]
     assert "config.json" in head and "SPARKCTL_STAGECHECK_EOF" in head
     ans["spark-2"] = "connection refused"
-    got = faststage.check(cluster, "all", AnswerFleet(ans), _kit())
+    got = faststage.check(cluster, "all", AnswerFleet(ans), kit_reference())
     assert got.reasons == ["spark-2: unreachable: connection refused"]
 
 
 def test_a_source_only_the_head_can_read_asks_no_node(tmp_path: Path) -> None:
-    cluster = _site(tmp_path)
+    cluster = stage_site(tmp_path)
     ck = cluster.checkpoint.model_copy(update={"location": "head"})
     cluster = cluster.model_copy(update={"checkpoint": ck})
     fleet = AnswerFleet({})
@@ -325,5 +273,5 @@ def test_a_source_only_the_head_can_read_asks_no_node(tmp_path: Path) -> None:
     assert got.reasons == [
         "the checkpoint comes from a directory on the head: the playbook reads its source there"]
     assert fleet.scripts == {}
-    got = faststage.check(_site(tmp_path / "b"), "kit", fleet, "the kit's commit 123 is not fetched")
+    got = faststage.check(stage_site(tmp_path / "b"), "kit", fleet, "the kit's commit 123 is not fetched")
     assert got.reasons == ["kit: the kit's commit 123 is not fetched"] and fleet.scripts == {}

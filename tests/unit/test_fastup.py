@@ -5,49 +5,23 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import importlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import gates_fakes as fakes
+from support.gates_fakes import KIT_VERSION, container_site
 
 from sparkctl.errors import SparkctlError
-from sparkctl.model import load_inventory
 from sparkctl.nodeside import kit as nodekit
-from sparkctl.render import plan_document
 from sparkctl.serve import fastup, probe
 from sparkctl.ssh.fleet import HostResult, Target
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-fakes = importlib.import_module("gates_fakes")
-
 HEAD_ID = "sha256:" + "1" * 64
 OTHER_ID = "sha256:" + "2" * 64
-KIT_VERSION = "a" * 40
-
-
-def container_site(tmp: Path, image_id: str | None = None) -> tuple[Any, dict[str, Any]]:
-    """The lab's inventory with its kit and engine image (runtime container), loaded."""
-    from sparkctl_lab import inventory as lab_inventory
-
-    key = tmp / "api-key"
-    key.write_text(fakes.API_KEY + "\n")
-    key.chmod(0o600)
-    inv = lab_inventory.LabInventory(
-        inventory_dir=tmp / "lab", private_key=tmp / "id_ed25519", api_key_file=key,
-        checkpoint_dir=tmp / "checkpoint", host_keys={}, nvme_gib={},
-        kit_url=str(tmp / "kit"), kit_commit=KIT_VERSION,
-    )
-    lab_inventory.write(inv)
-    cluster = load_inventory(inv.inventory_dir)
-    if image_id is not None:
-        runtime = cluster.runtime.model_copy(update={"image_id": image_id})
-        cluster = cluster.model_copy(update={"runtime": runtime})
-    return cluster, plan_document(cluster)
 
 
 @pytest.fixture

@@ -5,17 +5,14 @@ full verification naming the node, the path and both digests, the atomic switch 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.modrun import needs_ansible, run_module
+from support.synth_kit import OVERLAYS, git, kit_repo, sha
 
 from sparkctl.nodeside import kit as nk
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-from modrun import needs_ansible, run_module
-from synth_kit import OVERLAYS, git, kit_repo, sha
 
 pytestmark = needs_ansible
 

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-from synth_kit import OVERLAYS, git, kit_repo, sha, write_kit
+from support.synth_kit import OVERLAYS, git, kit_repo, sha, write_kit
 
 from sparkctl.nodeside import kit as nk
 from sparkctl.stage import kit as sk

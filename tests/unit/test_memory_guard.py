@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gates_fakes import GIB, FakeNodes, lab_cluster
+from support.gates_fakes import GIB, FakeNodes, lab_cluster
 
 from sparkctl.serve.guard import R4_MIN_MEM_AVAILABLE_GIB, Breach, MemoryGuard
 

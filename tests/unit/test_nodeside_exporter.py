@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-import types
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from support.nvml import FakeGpu, FakeNvml
 
 from sparkctl.nodeside import exporter, probe, system
 from sparkctl.nodeside.exporter import Config, FabricPort, Nvml
@@ -65,41 +65,6 @@ def fake_shards(engram: Path, rank: int = 1, tp: int = 4) -> Path:
     return shard
 
 
-class FakeNvml(types.SimpleNamespace):
-    """pynvml's interface; power is not supported, as on some boards."""
-
-    NVML_TEMPERATURE_GPU = 0
-    NVML_CLOCK_SM = 1
-
-    def __init__(self) -> None:
-        super().__init__(inits=0)
-
-    def nvmlInit(self) -> None:
-        self.inits += 1
-
-    def nvmlDeviceGetCount(self) -> int:
-        return 1
-
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> str:
-        return f"h{i}"
-
-    def nvmlDeviceGetName(self, h: str) -> bytes:
-        return b"NVIDIA GB10"
-
-    def nvmlDeviceGetTemperature(self, h: str, sensor: int) -> int:
-        assert sensor == self.NVML_TEMPERATURE_GPU
-        return 67
-
-    def nvmlDeviceGetClockInfo(self, h: str, clock: int) -> int:
-        return 1200
-
-    def nvmlDeviceGetMaxClockInfo(self, h: str, clock: int) -> int:
-        return 2400
-
-    def nvmlDeviceGetPowerUsage(self, h: str) -> int:
-        raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
-
-
 @pytest.fixture
 def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
     net, ib = tmp_path / "net", tmp_path / "ib"
@@ -141,7 +106,7 @@ def get(samples: dict[Any, float], metric: str, **labels: str) -> float:
 
 
 def test_every_section_from_the_fake_node(node: Config) -> None:
-    s = scrape(node, FakeNvml())
+    s = scrape(node, FakeNvml(FakeGpu(temp_c=67, sm_mhz=1200, max_sm_mhz=2400, power_mw=None)))
     unit = "sparkctl-rank.service"
     assert get(s, "sparkctl_rank_unit_active", unit=unit) == 1
     assert get(s, "sparkctl_rank_unit_state", unit=unit, state="active") == 1
@@ -200,7 +165,7 @@ def test_a_failing_section_is_left_out_and_named(node: Config, monkeypatch: pyte
 
 
 def test_nvml_is_initialised_once() -> None:
-    fake = FakeNvml()
+    fake = FakeNvml(FakeGpu(temp_c=67, power_mw=None))  # power not supported, as on some boards
     sys.modules["sparkctl_test_nvml"] = fake  # type: ignore[assignment]
     try:
         nv = Nvml("sparkctl_test_nvml")

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from modrun import needs_ansible, run_module
+from support.modrun import needs_ansible, run_module
 
 from sparkctl.nodeside.ship import MAX_REASONS, Verdict
 from sparkctl.serve import probe

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gates_fakes import API_KEY, GIB, FakeApi, FakeClock, FakeNodes, lab_cluster
+from support.gates_fakes import API_KEY, GIB, FakeApi, FakeClock, FakeNodes, lab_cluster
 
 from sparkctl.serve import bootwatch, preflight, probe, redact, verdict
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import synth_checkpoint
 
 from sparkctl.profiles import load_profile
 from sparkctl.stage import dsv41en1
@@ -36,9 +37,6 @@ from sparkctl_sim.kit import (
 )
 from sparkctl_sim.knobs import load_knobs
 from sparkctl_sim.rank import main as sim_main
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-import synth_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 OVERLAYS = {

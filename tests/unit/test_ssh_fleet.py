@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import paramiko
 import pytest
-from sshd_fake import FakeSshd
+from support.sshd_fake import FakeSshd
 
 from sparkctl.model.sshconfig import resolve_port
 from sparkctl.ssh.fleet import (

@@ -7,15 +7,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import synth_checkpoint
 from test_stage_modules import module
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-import synth_checkpoint
 
 FAKE_HUB = Path(__file__).resolve().parents[1] / "fixtures" / "fake_hub"
 

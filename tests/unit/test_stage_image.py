@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from modrun import needs_ansible, run_module
+from support.modrun import needs_ansible, run_module
 
 from sparkctl.nodeside import images
 from sparkctl.stage import image

@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import re
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-import synth_checkpoint
-from modrun import needs_ansible, run_module
+from support import synth_checkpoint
+from support.modrun import needs_ansible, run_module
 
 pytestmark = needs_ansible
 

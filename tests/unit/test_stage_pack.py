@@ -6,16 +6,13 @@ import hashlib
 import json
 import os
 import struct
-import sys
 from pathlib import Path
 
 import pytest
+from support import synth_checkpoint
 
 from sparkctl.stage import dsv41en1 as d
 from sparkctl.stage import safetensors as st
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-import synth_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
-from sshd_fake import FakeSshd
+from support.sshd_fake import FakeSshd
 
 MODULE = Path(__file__).resolve().parents[2] / "roles/spark_switch/library/sparkctl_pinned_host_key.py"
 _spec = importlib.util.spec_from_file_location("sparkctl_pinned_host_key", MODULE)

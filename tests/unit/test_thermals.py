@@ -3,7 +3,6 @@ node probe's GPU readers (NVML, nvidia-smi, neither; the lab's simulated GPU and
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
@@ -12,16 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import gates_fakes as fakes
+from support.gates_fakes import GpuNodes
+from support.nvml import FakeGpu, FakeNvml
 
 from sparkctl.errors import InputError
 from sparkctl.nodeside import probe as nodeprobe
 from sparkctl.profiles import Thermals, load_profile
 from sparkctl.serve import thermals
 from sparkctl.serve.probe import NodeFacts, probe_params
-from sparkctl.ssh.fleet import HostResult
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-fakes = importlib.import_module("gates_fakes")
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -124,24 +123,6 @@ def test_status_cell_shows_temperature_clock_against_max_and_power() -> None:
 # --- sampling during bench and qualify --------------------------------------------------------
 
 
-class GpuNodes(fakes.FakeNodes):
-    """FakeNodes whose probe answers carry a GPU reading per node (``self.gpu``)."""
-
-    def __init__(self, names: list[str], ranks: dict[str, int]):
-        super().__init__(names, ranks)
-        self.gpu: dict[str, dict[str, Any] | None] = dict.fromkeys(names)
-
-    def _answer(self, name: str, text: str) -> HostResult:
-        res = super()._answer(name, text)
-        if res.rc != 0 or not res.stdout.startswith("{"):
-            return res
-        data = json.loads(res.stdout)
-        if data["mode"] in ("status", "thermals"):
-            g = self.gpu[name]
-            data["gpu"] = {"source": "pynvml", "devices": [g]} if g else None
-        return HostResult(name, 0, json.dumps(data) + "\n")
-
-
 def test_sampler_keeps_per_node_maxima_and_the_worst_warning(tmp_path: Path) -> None:
     cluster, doc = fakes.lab_cluster(tmp_path)
     nodes = GpuNodes([n.name for n in cluster.nodes], {n.name: n.rank for n in cluster.nodes})
@@ -198,28 +179,10 @@ def test_sampler_thread_samples_until_stopped_and_survives_errors(tmp_path: Path
 # --- the node probe's readers -----------------------------------------------------------------
 
 
-class FakeNvml(types.SimpleNamespace):
-    NVML_TEMPERATURE_GPU = 0
-    NVML_CLOCK_SM = 1
-
-    def nvmlInit(self) -> None: ...
-    def nvmlShutdown(self) -> None: self.shut = True
-    def nvmlDeviceGetCount(self) -> int: return 2
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> int: return i
-    def nvmlDeviceGetName(self, h: int) -> bytes: return b"NVIDIA GB10"
-    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int: return 70 + h
-    def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int: return 2000
-    def nvmlDeviceGetMaxClockInfo(self, h: int, clock: int) -> int: return 2500
-    def nvmlDeviceGetPowerUsage(self, h: int) -> int: return 95500
-
-    def nvmlDeviceGetUtilizationRates(self, h: int) -> Any:
-        if h == 1:
-            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
-        return types.SimpleNamespace(gpu=88, memory=40)
-
-
 def test_nvml_reads_every_gpu_and_tolerates_unsupported_readings(monkeypatch: pytest.MonkeyPatch) -> None:
-    lib = FakeNvml()
+    # GPU 1 does not report its utilization (NVML_ERROR_NOT_SUPPORTED): None, the rest still come.
+    lib = FakeNvml(FakeGpu(temp_c=70, sm_mhz=2000, max_sm_mhz=2500, power_mw=95500, util_pct=88),
+                   FakeGpu(temp_c=71, sm_mhz=2000, max_sm_mhz=2500, power_mw=95500, util_pct=None))
     monkeypatch.setitem(sys.modules, "fake_pynvml", lib)
     got = nodeprobe.gpu("fake_pynvml")
     assert got == {"source": "fake_pynvml", "devices": [

@@ -1,4 +1,5 @@
-"""Fakes for the serving code: a lab-shaped cluster on disk, a scripted fleet of nodes, a fake rank-0 API.
+"""Fakes for the serving code: a lab-shaped cluster on disk (``lab_cluster``, ``container_site``), a
+scripted fleet of nodes (``GpuNodes`` adds a GPU reading), a fake rank-0 API.
 
 ``FakeNodes`` answers the probe scripts of sparkctl.serve.probe (it decodes the parameters embedded in
 the script) and the journalctl/bundle scripts from a per-node scenario that tests change between
@@ -23,6 +24,7 @@ from sparkctl.ssh.fleet import HostResult, Target
 
 GIB = 1024**3
 API_KEY = "sk-lab-7f3a9c2e1b5d4f60a8e9"
+KIT_VERSION = "a" * 40  # the serving kit's commit in container_site
 
 
 def lab_cluster(tmp: Path, overrides: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
@@ -49,6 +51,27 @@ def lab_cluster(tmp: Path, overrides: dict[str, Any] | None = None) -> tuple[Any
         doc["sparkctl_profile_overrides"] = overrides
         gv.write_text(yaml.safe_dump(doc))
     cluster = load_inventory(inv.inventory_dir)
+    return cluster, plan_document(cluster)
+
+
+def container_site(tmp: Path, image_id: str | None = None) -> tuple[Any, dict[str, Any]]:
+    """The lab's inventory with its kit (commit KIT_VERSION) and engine image (runtime container),
+    loaded, the image pinned to ``image_id`` when given; plus its plan document."""
+    from sparkctl_lab import inventory as lab_inventory
+
+    key = tmp / "api-key"
+    key.write_text(API_KEY + "\n")
+    key.chmod(0o600)
+    inv = lab_inventory.LabInventory(
+        inventory_dir=tmp / "lab", private_key=tmp / "id_ed25519", api_key_file=key,
+        checkpoint_dir=tmp / "checkpoint", host_keys={}, nvme_gib={},
+        kit_url=str(tmp / "kit"), kit_commit=KIT_VERSION,
+    )
+    lab_inventory.write(inv)
+    cluster = load_inventory(inv.inventory_dir)
+    if image_id is not None:
+        runtime = cluster.runtime.model_copy(update={"image_id": image_id})
+        cluster = cluster.model_copy(update={"runtime": runtime})
     return cluster, plan_document(cluster)
 
 
@@ -200,6 +223,24 @@ class FakeNodes:
 
     def close(self) -> None:
         self.closed = True
+
+
+class GpuNodes(FakeNodes):
+    """FakeNodes whose probe answers carry a GPU reading per node (``self.gpu``)."""
+
+    def __init__(self, names: list[str], ranks: dict[str, int]):
+        super().__init__(names, ranks)
+        self.gpu: dict[str, dict[str, Any] | None] = dict.fromkeys(names)
+
+    def _answer(self, name: str, text: str) -> HostResult:
+        res = super()._answer(name, text)
+        if res.rc != 0 or not res.stdout.startswith("{"):
+            return res
+        data = json.loads(res.stdout)
+        if data["mode"] in ("status", "thermals"):
+            g = self.gpu[name]
+            data["gpu"] = {"source": "pynvml", "devices": [g]} if g else None
+        return HostResult(name, 0, json.dumps(data) + "\n")
 
 
 class FakeApi:

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 import yaml
 from prometheus_client import generate_latest
-from test_nodeside_exporter import fake_net, fake_shards
+from support.node_tree import fake_net, fake_shards
 
 from sparkctl.model import Runtime, SecretRef, load_inventory
 from sparkctl.nodeside import exporter, probe

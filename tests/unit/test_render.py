@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_profiles import R4_PUBLISHED, split_flags
+from support.published import R4_PUBLISHED, split_flags
 
 from sparkctl import render
 from sparkctl.errors import InputError

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from support import synth_checkpoint
-from test_stage_modules import module
+from support.modrun import run_module
 
 FAKE_HUB = Path(__file__).resolve().parents[1] / "fixtures" / "fake_hub"
 
@@ -46,7 +46,7 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hub: dict[str, Any], r
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKE_HUB), os.environ.get("PYTHONPATH", "")]))
     args = {"source": "hf", "model_dir": str(tmp_path / "model"), "repo": "org/model", "revision": "a" * 40,
             "margin_gib": 0, "_node": "spark-0", **extra}
-    return module("spark_stage_source", args)
+    return run_module("spark_stage", "spark_stage_source", args)
 
 
 def test_a_download_that_matches_the_hub_is_staged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

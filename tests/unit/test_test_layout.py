@@ -74,3 +74,35 @@ def test_the_makefile_runs_one_lab_per_stream() -> None:
     lab_streams = next(line.split(":=")[1].strip() for line in (REPO / "Makefile").read_text().splitlines()
                        if line.startswith("LAB_STREAMS :="))
     assert int(lab_streams) == len(streams.elts), (lab_streams, ast.unparse(streams))
+
+
+
+def _helper_problems(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) for each way around tests/support: sys.path edited, another test module imported,
+    a fake runner or fake NVML of its own."""
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name in ("FakeRunner", "FakeNvml"):
+            out.append((node.lineno, f"its own {node.name} (support.runner, support.nvml have one)"))
+        modules: list[str] = []
+        if isinstance(node, ast.ImportFrom):
+            modules = [node.module or ""]
+        elif isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            callee, first = ast.unparse(node.func), node.args[0] if node.args else None
+            if callee in ("sys.path.insert", "sys.path.append", "sys.path.extend"):
+                out.append((node.lineno, "sys.path edited"))
+            if callee.endswith("import_module") and isinstance(first, ast.Constant):
+                modules = [str(first.value)]
+        out += [(node.lineno, f"imports the test module {m}") for m in modules if m.startswith("test_")]
+    return out
+
+
+def test_unit_and_cli_tests_take_their_helpers_from_tests_support() -> None:
+    """Shared fakes live once, in tests/support (imported as `support`): no test edits sys.path to
+    reach a helper, imports another test module, or writes its own fake runner or fake NVML."""
+    found = [f"{path.relative_to(REPO)}:{line}: {what}"
+             for path in sorted([*(TESTS / "unit").glob("*.py"), *(TESTS / "cli").glob("*.py")])
+             for line, what in _helper_problems(ast.parse(path.read_text()))]
+    assert not found, "\n".join(found)

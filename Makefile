@@ -118,7 +118,7 @@ SIDE_LOG := .unit-tests.log
 # whenever the side jobs ran (lab tests 1,326 s beside them against 1,230 s alone). So they get a
 # session of their own whose autogroup is niced to SIDE_NICE: 15 is about 1/28 of one busy session's
 # share. (At 19 a unit test's Mitogen connection to localhost, which must come up within 30 s,
-# failed; the localhost module runs of the unit tests now use plain linear: tests/unit/modrun.py.)
+# failed; the localhost module runs of the unit tests now use plain linear: tests/support/modrun.py.)
 SIDE_NICE := 15
 BESIDE := setsid --wait bash -c 'echo $(SIDE_NICE) > /proc/self/autogroup 2>/dev/null; exec nice -n $(SIDE_NICE) "$$@"' beside
 test:

@@ -578,8 +578,7 @@ def other_lab_users() -> list[int]:
 def _default_checkpoint(ckdir: Path) -> None:
     """The lab's synthetic checkpoint (what `stage` copies from the controller), the same one
     test_stage generates by default; an identical existing one is kept as it is."""
-    sys.path.insert(0, str(REPO / "tests" / "fixtures"))
-    import synth_checkpoint
+    from support import synth_checkpoint
 
     mib = float(os.environ.get("SPARKCTL_STAGE_TEST_MIB", "160"))
     rows = int(mib * (1 << 20) * 2 / 3 / 2 / 264)

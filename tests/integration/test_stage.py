@@ -1,6 +1,6 @@
 """`sparkctl stage` across the lab: exact bytes everywhere, resume after kill -9, corruption, no space.
 
-The checkpoint is generated here (tests/fixtures/synth_checkpoint.py) into the lab's controller
+The checkpoint is generated here (tests/support/synth_checkpoint.py) into the lab's controller
 checkpoint directory; ``SPARKCTL_STAGE_TEST_MIB`` scales it (default about 160 MiB; the lab's
 NVMe loop filesystems are 4 GiB, so stay under ~1,500 MiB there). The packed files are compared
 with digests computed in this file from the generator's own offsets, not with sparkctl's packer.
@@ -20,9 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
-import synth_checkpoint
+from support import synth_checkpoint
 
 pytestmark = pytest.mark.integration
 

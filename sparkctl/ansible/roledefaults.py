@@ -28,3 +28,15 @@ def role_default(role: str, name: str) -> Any:
     if name not in values:
         raise SparkctlError(f"roles/{role}/defaults/main.yml defines no {name}")
     return values[name]
+
+
+STATE_DIR_VAR = "{{ sparkctl_state_dir }}"
+
+
+def controller_path(role: str, name: str) -> str:
+    """A role default that names a controller-side path under ``sparkctl_state_dir`` (the vars
+    plugin's value, ``content.state_dir()``), resolved here the way Ansible resolves it."""
+    value = role_default(role, name)
+    if not isinstance(value, str) or not value.startswith(STATE_DIR_VAR):
+        raise SparkctlError(f"roles/{role}/defaults/main.yml: {name} is not a path under {STATE_DIR_VAR}")
+    return str(content.state_dir()) + value[len(STATE_DIR_VAR):]

@@ -11,9 +11,9 @@ import typer
 from rich.text import Text
 
 from sparkctl import ui
-from sparkctl.ansible import content, runner
 from sparkctl.ansible import hosttable as progress
 from sparkctl.ansible import plan as planning
+from sparkctl.ansible import roledefaults, runner
 from sparkctl.ansible.runner import RunnerEvent
 from sparkctl.errors import EXIT_FAILED, InputError, SparkctlError
 from sparkctl.model import load_inventory
@@ -101,8 +101,9 @@ def kit_reference(cluster: Cluster) -> fastup.KitReference | str | None:
         return "the kit is kept on the head; the playbook reads it there"
     layout = kit_layout_defaults()
     try:
+        cache = roledefaults.controller_path("spark_kit", "spark_kit_cache_dir")
         ref = stage_kit.prepare(
-            facts["source"], str(content.state_dir() / "kit"), url=facts.get("url"),
+            facts["source"], cache, url=facts.get("url"),
             commit=facts.get("commit"), path=facts.get("path"), sha256=facts.get("sha256"),
             manifest=facts.get("manifest") or layout.manifest,
             overlay_source=facts.get("overlay_source") or layout.overlay_source,

@@ -135,3 +135,14 @@ def test_every_place_naming_the_sglang_version_agrees() -> None:
     from sparkctl_sim import SGLANG_VERSION as SIM_VERSION
 
     assert sglang_version() == SGLANG_VERSION == SIM_VERSION == version
+
+
+def test_the_kit_cache_the_fast_paths_read_is_the_role_default(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`up`/`stage`'s fast paths read the kit from spark_kit_cache_dir as Ansible resolves it."""
+    from sparkctl.ansible import roledefaults
+
+    monkeypatch.setenv("SPARKCTL_STATE_DIR", str(tmp_path / "state"))
+    assert roledefaults.controller_path("spark_kit", "spark_kit_cache_dir") == str(tmp_path / "state" / "kit")
+    src = (REPO / "sparkctl" / "cli" / "common.py").read_text()
+    assert 'state_dir() / "kit"' not in src

@@ -75,7 +75,7 @@ def validate_table(cluster: Cluster) -> Table:
     return table
 
 
-def _runtime_rows(cluster: Any) -> list[tuple[str, str]]:
+def _runtime_rows(cluster: Cluster) -> list[tuple[str, str]]:
     """What the ranks run: the image and where it comes from, and the serving kit."""
     rt = cluster.runtime
     if rt.kind != "container":

@@ -64,7 +64,7 @@ def confirm(what: str, yes: bool) -> None:
         raise SparkctlError("nothing was changed", exit_code=EXIT_FAILED)
 
 
-def event_printer(verbose: bool) -> Any:
+def event_printer(verbose: bool) -> runner.EventHandler:
     """A quiet playbook display: failures always, every task with --verbose."""
 
     def on_event(ev: RunnerEvent) -> None:

@@ -69,7 +69,7 @@ def status_table(snap: verdict.Snapshot) -> Table:
     return table
 
 
-def render_status(snap: verdict.Snapshot) -> Any:
+def render_status(snap: verdict.Snapshot) -> Group:
     style = VERDICT_STYLE[snap.verdict]
     lines: list[Any] = [status_table(snap)]
     head = snap.head

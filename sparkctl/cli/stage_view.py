@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
 from sparkctl import ui
+
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster
 
 
 def _kit_cell(kit: dict[str, Any] | None) -> str:
@@ -48,7 +51,7 @@ def _flag(section: dict[str, Any] | None) -> str:
 
 
 def summary_table(
-    cluster: Any, summaries: dict[str, dict[str, Any]], verify_only: bool, what: str = "all"
+    cluster: Cluster, summaries: dict[str, dict[str, Any]], verify_only: bool, what: str = "all"
 ) -> Table:
     """One row per node; a node's error goes under the kit when the kit was staged and did not
     report (its play failed there), else under the checkpoint."""

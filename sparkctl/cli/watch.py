@@ -19,9 +19,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Annotated, Any
 
+import httpx
 import typer
 
 from sparkctl import ui
@@ -30,9 +32,11 @@ from sparkctl.cli.cluster import load_cluster
 from sparkctl.cli.serving import start_group, stop_group
 from sparkctl.cli.shell import OBSERVE, SERVE, example
 from sparkctl.errors import EXIT_USAGE, InputError, SparkctlError, UnhealthyError
+from sparkctl.model import Cluster
 from sparkctl.render import plan_document
 from sparkctl.serve import events, supervisor, verdict, watchunit
 from sparkctl.serve import tools as tools_
+from sparkctl.serve.probe import FleetLike
 
 # --- the supervisor's hands: `down` and `up` themselves ---------------------------------------
 
@@ -47,7 +51,7 @@ def _as_command(ctx: typer.Context) -> State:
     return State(inventory=ctx.obj.inventory_dir(), json=False, verbose=ctx.obj.verbose)
 
 
-def _actions(ctx: typer.Context, cluster: Any, doc: dict[str, Any], fleet: Any, http: Any,
+def _actions(ctx: typer.Context, cluster: Cluster, doc: dict[str, Any], fleet: FleetLike, http: httpx.Client,
              api_key: str | None) -> supervisor.Actions:
     state = _as_command(ctx)
     n = len(cluster.nodes)
@@ -139,7 +143,7 @@ def watch(
                              hint="find the cause (`sparkctl events`, `sparkctl logs`), then `sparkctl up`")
 
 
-def _printer(as_json: bool) -> Any:
+def _printer(as_json: bool) -> Callable[[dict[str, Any]], None]:
     def emit(record: dict[str, Any]) -> None:
         if as_json:
             sys.stdout.write(json.dumps(record) + "\n")

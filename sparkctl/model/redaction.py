@@ -51,13 +51,13 @@ def strip_secrets(doc: Any, secrets: Iterable[str] = ()) -> Any:
     """A copy of ``doc`` (JSON-like) with secret fields and known secret values redacted."""
     values = [s for s in secrets if s]
 
-    def walk(node: Any) -> Any:
-        if isinstance(node, dict):
-            return {k: REDACTED if _secret_field(k, v) else walk(v) for k, v in node.items()}
-        if isinstance(node, list | tuple):
-            return [walk(v) for v in node]
-        if isinstance(node, str):
-            return redact_text(node, values)
-        return node
+    def walk(item: Any) -> Any:  # a JSON value (not a cluster node)
+        if isinstance(item, dict):
+            return {k: REDACTED if _secret_field(k, v) else walk(v) for k, v in item.items()}
+        if isinstance(item, list | tuple):
+            return [walk(v) for v in item]
+        if isinstance(item, str):
+            return redact_text(item, values)
+        return item
 
     return walk(doc)

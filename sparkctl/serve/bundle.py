@@ -16,6 +16,7 @@ import httpx
 
 from sparkctl import __version__
 from sparkctl.serve import probe, redact, verdict
+from sparkctl.serve.probe import FleetLike
 from sparkctl.serve.tools import api_key_or_none, secrets
 from sparkctl.ssh import fleet as remote
 
@@ -40,7 +41,7 @@ echo '--- docker'; (docker ps -a 2>&1 || echo 'no docker')
 
 
 def build_bundle(
-    cluster: Cluster, doc: dict[str, Any], fleet: Any, http: httpx.Client, identity: Mapping[str, Any],
+    cluster: Cluster, doc: dict[str, Any], fleet: FleetLike, http: httpx.Client, identity: Mapping[str, Any],
     lines: int = 300,
 ) -> bytes:
     """The support tarball (gzip) as bytes; every secret value and bearer token redacted.

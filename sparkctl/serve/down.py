@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sparkctl.ansible.plan import for_down
 from sparkctl.errors import InputError, SparkctlError
 from sparkctl.serve import faststop, probe
+from sparkctl.serve.probe import FleetLike
 from sparkctl.serve.tools import Output, Tools
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ class Stopped:
     artifact_dir: Path | None = None
 
 
-def stop_ranks(cluster: Cluster, doc: dict[str, Any], fleet: Any, tools: Tools, out: Output,
+def stop_ranks(cluster: Cluster, doc: dict[str, Any], fleet: FleetLike, tools: Tools, out: Output,
                grace_s: int | None = None, over_ssh: bool = True, run_dir: Path | None = None) -> Stopped:
     """Stop every rank: the spark_rank role's stop steps over SSH in one round (serve/faststop.py);
     when a node does not answer or its stop fails (or ``over_ssh`` is False), playbooks/down.yml,

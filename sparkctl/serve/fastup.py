@@ -33,7 +33,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkctl.ansible.roledefaults import role_default
 from sparkctl.errors import SparkctlError
@@ -44,6 +44,9 @@ from sparkctl.render.common import RANK_UNIT_NAME
 from sparkctl.render.rank import start_waves
 from sparkctl.serve import probe
 from sparkctl.serve.probe import FleetLike
+
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster
 
 # Shipped to the node (sparkctl.nodeside.ship), dependencies first; the last is the check it runs.
 NODE_MODULES = ("nodeside.kit", "nodeside.images", "nodeside.manifests", "stage.manifest", "stage.image",
@@ -77,7 +80,7 @@ def installed_files(entry: Mapping[str, Any]) -> list[str]:
     return [unit, *probe.rank_files(entry), *(rl.get("kit_files") or [])]
 
 
-def expected_digests(cluster: Any, entry: Mapping[str, Any]) -> dict[str, str]:
+def expected_digests(cluster: Cluster, entry: Mapping[str, Any]) -> dict[str, str]:
     """Keyed digests (``probe.HASH_KEY``) of what the install writes: the probe's own for the unit,
     env and secrets files (a secret is resolved here only to be digested), plus the kit's files."""
     out = dict(probe.expected_hashes(cluster, entry))
@@ -88,7 +91,7 @@ def expected_digests(cluster: Any, entry: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def required_dirs(cluster: Any, entry: Mapping[str, Any]) -> dict[str, str | None]:
+def required_dirs(cluster: Cluster, entry: Mapping[str, Any]) -> dict[str, str | None]:
     """Directories the install creates: path -> the mode it must have (None: only present)."""
     rl = probe.launch(entry)
     run_dir = str(cluster.paths.run_dir)
@@ -109,7 +112,7 @@ class KitReference:
     manifest: dict[str, Any]
 
 
-def check_params(cluster: Any, entry: Mapping[str, Any], kit: KitReference | None) -> dict[str, Any]:
+def check_params(cluster: Cluster, entry: Mapping[str, Any], kit: KitReference | None) -> dict[str, Any]:
     params: dict[str, Any] = {
         "mode": "upcheck",
         "files": installed_files(entry),
@@ -131,7 +134,7 @@ class FastCheck(ship.Verdict):
     """Whether `up` may start the installed units without the playbook, and if not, why."""
 
 
-def judge(cluster: Any, doc: Mapping[str, Any], answers: Mapping[str, Mapping[str, Any] | str],
+def judge(cluster: Cluster, doc: Mapping[str, Any], answers: Mapping[str, Mapping[str, Any] | str],
           kit_needed: bool) -> list[str]:
     """Reasons the fast path may not be taken (empty: it may). Pure; ``answers`` maps each node to
     its check's JSON, or to a string saying why there is none."""
@@ -181,7 +184,7 @@ def judge(cluster: Any, doc: Mapping[str, Any], answers: Mapping[str, Mapping[st
                 more = f" (and {int(k.get('count', 0)) - 3} more)" if int(k.get("count", 0)) > 3 else ""
                 reasons.append(f"{name}: kit {k.get('version')} fails verification: {shown}{more}")
         if cluster.runtime.kind == "container":
-            why, ident = images_.judge_answer(name, ans.get("image"), cluster.runtime.image)
+            why, ident = images_.judge_answer(name, ans.get("image"), cluster.runtime.image or "")
             if why:
                 reasons.append(why)
             elif ident:
@@ -190,7 +193,7 @@ def judge(cluster: Any, doc: Mapping[str, Any], answers: Mapping[str, Mapping[st
     return reasons
 
 
-def check(cluster: Any, doc: Mapping[str, Any], fleet: FleetLike, kit: KitReference | str | None,
+def check(cluster: Cluster, doc: Mapping[str, Any], fleet: FleetLike, kit: KitReference | str | None,
           timeout: float = 120.0) -> FastCheck:
     """One check round on every node; ``kit`` is the configured kit's reference, None without a
     kit, or a string saying why its reference could not be had (then the playbook runs)."""
@@ -238,7 +241,7 @@ def start_script(unit: str, wait_s: int | None = None, tries: int | None = None,
             .replace("POLLS", str(int(wait_s) * 5)).replace("WAIT", str(int(wait_s))))
 
 
-def start(cluster: Any, doc: Mapping[str, Any], fleet: FleetLike, on_wave: Any = None) -> list[float]:
+def start(cluster: Cluster, doc: Mapping[str, Any], fleet: FleetLike, on_wave: Any = None) -> list[float]:
     """Start every rank unit wave by wave (``start_waves``); the seconds each wave took.
 
     Raises SparkctlError naming the node(s) whose unit did not start (details ``node: why``); the

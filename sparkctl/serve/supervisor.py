@@ -24,7 +24,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -33,6 +33,9 @@ from sparkctl.serve import events
 from sparkctl.serve.events import BreakerState, Event, EventLog
 from sparkctl.serve.http import auth_headers, http_reason
 from sparkctl.serve.verdict import GIB, Snapshot
+
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster
 
 # systemd ActiveState values of a unit whose rank is (still) running.
 RUNNING = ("active", "activating", "reloading", "deactivating")
@@ -199,7 +202,8 @@ class Brain:
 # --- canary and notification ------------------------------------------------------------------
 
 
-def canary(cluster: Any, http: httpx.Client, api_key: str | None, timeout: float = 20.0) -> tuple[bool, str]:
+def canary(cluster: Cluster, http: httpx.Client, api_key: str | None,
+           timeout: float = 20.0) -> tuple[bool, str]:
     """A tiny chat completion on rank 0 that must produce tokens (HTTP alive with zero tokens
     fails). The key goes in the header only; nothing of it reaches the detail."""
     body = {"model": served_model_name(cluster), "max_tokens": 8, "temperature": 0,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
@@ -45,7 +45,7 @@ def execute(plan: Plan, on_event: EventHandler | None = None, run_dir: Path | No
     return runner.execute(plan, on_event, run_dir=run_dir)
 
 
-def fleet(cluster: Cluster) -> Any:
+def fleet(cluster: Cluster) -> remote.Fleet:
     """SSH connections to every node."""
     return remote.Fleet(remote.targets_for(cluster))
 
@@ -77,7 +77,7 @@ class Tools:
     live above serve: the terminal's question, the qualify step, the kit reference)."""
 
     execute: Callable[..., RunResult] = execute
-    fleet: Callable[[Cluster], Any] = fleet
+    fleet: Callable[[Cluster], remote.Fleet] = fleet
     http: Callable[[], httpx.Client] = http
     new_run_dir: Callable[[str], Path] = runner.new_run_dir
     interactive: Callable[[], bool] = interactive

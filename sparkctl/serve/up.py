@@ -17,15 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkctl.ansible.plan import for_up
+from sparkctl.ansible.plan import Plan, for_up
+from sparkctl.ansible.runner import RunResult
 from sparkctl.errors import EXIT_FAILED, InputError, SparkctlError
 from sparkctl.serve import bootwatch, fastup, preflight, probe, verdict
 from sparkctl.serve.down import stop_after_failure, stop_ranks
 from sparkctl.serve.guard import MemoryGuard, abort_ranks
+from sparkctl.serve.probe import FleetLike
 from sparkctl.serve.supervisor import RUNNING
 from sparkctl.serve.tools import FAIL, OK, Output, Tools, api_key
 
 if TYPE_CHECKING:
+    import httpx
+
     from sparkctl.model import Cluster
 
 
@@ -119,7 +123,8 @@ class Up:
             fleet.close()
             http.close()
 
-    def _start(self, fleet: Any, http: Any, fast: fastup.FastCheck, started: float) -> UpResult:
+    def _start(self, fleet: FleetLike, http: httpx.Client, fast: fastup.FastCheck,
+               started: float) -> UpResult:
         cluster, doc = self.cluster, self.doc
         timeline: dict[str, float] = {}
         # From here on a unit may have started: every way out but success stops all ranks again
@@ -199,7 +204,7 @@ class Up:
             raise SparkctlError("the running ranks were left as they were; nothing was changed",
                                 exit_code=EXIT_FAILED)
 
-    def fast_check(self, fleet: Any) -> fastup.FastCheck:
+    def fast_check(self, fleet: FleetLike) -> fastup.FastCheck:
         """Whether the installed units can start without the playbook; says which path runs and why."""
         cluster = self.cluster
         fast = (fastup.FastCheck(["--full"]) if self.full
@@ -213,7 +218,7 @@ class Up:
             self.out.say(line)
         return fast
 
-    def start_and_watch(self, fleet: Any, http: Any, fast: fastup.FastCheck | None = None,
+    def start_and_watch(self, fleet: FleetLike, http: httpx.Client, fast: fastup.FastCheck | None = None,
                         timeline: dict[str, float] | None = None,
                         started: float | None = None) -> bootwatch.BootState:
         """Start the units (ranks 1..n, then 0): over SSH when ``fast`` says nothing needs installing,
@@ -262,7 +267,7 @@ class Up:
             exc.record_dir = run_dir
             raise
 
-    def run_playbook(self, plan: Any, what: str, run_dir: Path | None) -> Any:
+    def run_playbook(self, plan: Plan, what: str, run_dir: Path | None) -> RunResult:
         result = self.tools.execute(plan, self.out.playbook_event, run_dir)
         if not result.ok:
             raise SparkctlError(

@@ -28,7 +28,7 @@ import os
 import subprocess
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sparkctl.nodeside import images as images_
 from sparkctl.nodeside import kit as nodekit
@@ -36,10 +36,28 @@ from sparkctl.nodeside import ship
 from sparkctl.render.kit import kit_facts
 from sparkctl.stage import manifest as mf
 
+if TYPE_CHECKING:
+    from sparkctl.model import Cluster, Node
+    from sparkctl.ssh.fleet import Fleet
+
 # Shipped to the node, dependencies first; the last is the check it runs.
 NODE_MODULES = ("nodeside.kit", "nodeside.images", "nodeside.manifests", "stage.manifest", "stage.image",
                 "stage.safetensors", "stage.writeback", "stage.dsv41en1", "nodeside.stagecheck")
 SHOWN = 3
+
+
+class KitReference(Protocol):
+    """The configured kit's reference as the CLI builds it (``serve.fastup.KitReference``): where
+    the kit is stored, its version and its file manifest."""
+
+    @property
+    def store(self) -> str: ...
+
+    @property
+    def version(self) -> str: ...
+
+    @property
+    def manifest(self) -> dict[str, Any]: ...
 
 
 def check_script(params: Mapping[str, Any]) -> str:
@@ -50,7 +68,7 @@ def check_script(params: Mapping[str, Any]) -> str:
 # --- what each `what` stages (playbooks/stage.yml's conditions) ---------------------------------
 
 
-def parts(cluster: Any, what: str) -> list[str]:
+def parts(cluster: Cluster, what: str) -> list[str]:
     """The parts `stage WHAT` stages, in the playbook's order."""
     out = []
     if what == "kit" or (what == "all" and cluster.kit is not None):
@@ -64,7 +82,7 @@ def parts(cluster: Any, what: str) -> list[str]:
     return out
 
 
-def controller_manifest(cluster: Any) -> dict[str, Any] | str:
+def controller_manifest(cluster: Cluster) -> dict[str, Any] | str:
     """The manifest the playbook builds of a checkpoint kept on the controller (digests reused from
     its saved manifest for unchanged files), or a string saying why the fast path cannot have one."""
     ck = cluster.checkpoint
@@ -84,7 +102,7 @@ def controller_manifest(cluster: Any) -> dict[str, Any] | str:
     return built
 
 
-def check_params(cluster: Any, node: Any, todo: list[str], kit: Any,
+def check_params(cluster: Cluster, node: Node, todo: list[str], kit: KitReference | None,
                  expected: dict[str, Any] | None) -> dict[str, Any]:
     params: dict[str, Any] = {"mode": "stagecheck"}
     if "kit" in todo and kit is not None:
@@ -116,8 +134,9 @@ def _shown(items: list[Any], count: int, text: Any = str) -> str:
     return "; ".join(text(p) for p in items[:SHOWN]) + more
 
 
-def judge(cluster: Any, todo: list[str], answers: Mapping[str, Mapping[str, Any] | str],
-          kit: Any, expected: dict[str, Any] | None) -> tuple[list[str], dict[str, dict[str, Any]]]:
+def judge(cluster: Cluster, todo: list[str], answers: Mapping[str, Mapping[str, Any] | str],
+          kit: KitReference | None,
+          expected: dict[str, Any] | None) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """``(reasons, summaries)``: why the playbook must run (empty: it need not), and per node the
     summary ``stage`` shows (the playbook's set_stats shape). Pure."""
     reasons: list[str] = []
@@ -150,7 +169,7 @@ def judge(cluster: Any, todo: list[str], answers: Mapping[str, Mapping[str, Any]
                     "current": k.get("current"), "switched": False}
         if "image" in todo:
             img = ans.get("image")
-            why, ident = images_.judge_answer(name, img, rt.image)
+            why, ident = images_.judge_answer(name, img, rt.image or "")
             if why:
                 reasons.append(why)
             elif ident and isinstance(img, Mapping):
@@ -200,14 +219,16 @@ def judge(cluster: Any, todo: list[str], answers: Mapping[str, Mapping[str, Any]
     return reasons, nodes
 
 
-def check(cluster: Any, what: str, fleet: Any, kit: Any, timeout: float = 120.0) -> StageCheck:
+def check(cluster: Cluster, what: str, fleet: Fleet, kit: KitReference | str | None,
+          timeout: float = 120.0) -> StageCheck:
     """One check round on every node for `stage WHAT`. ``kit`` is the configured kit's reference
     (``store``, ``version``, ``manifest``), None without a kit, or a string saying why its
     reference could not be had (then the playbook runs)."""
     t0 = time.monotonic()
     todo = parts(cluster, what)
     reasons: list[str] = []
-    if "kit" in todo and not (kit is not None and not isinstance(kit, str)):
+    ref = kit if "kit" in todo and not isinstance(kit, str) else None
+    if "kit" in todo and ref is None:
         reasons.append(f"kit: {kit or 'no kit reference'}")
     expected: dict[str, Any] | None = None
     if "weights" in todo:
@@ -218,7 +239,6 @@ def check(cluster: Any, what: str, fleet: Any, kit: Any, timeout: float = 120.0)
             expected = {"files": [{k: e[k] for k in ("path", "size", "sha256")} for e in built["files"]]}
     if reasons:  # the playbook runs anyway: no node is asked
         return StageCheck(reasons, time.monotonic() - t0)
-    ref = kit if "kit" in todo else None
     scripts = {n.name: check_script(check_params(cluster, n, todo, ref, expected)) for n in cluster.nodes}
     try:
         results = fleet.run(scripts, timeout=timeout, only=list(scripts))
@@ -228,4 +248,4 @@ def check(cluster: Any, what: str, fleet: Any, kit: Any, timeout: float = 120.0)
     return StageCheck(found, time.monotonic() - t0, nodes)
 
 
-__all__ = ["StageCheck", "check", "check_script", "controller_manifest", "judge", "parts"]
+__all__ = ["KitReference", "StageCheck", "check", "check_script", "controller_manifest", "judge", "parts"]

@@ -11,6 +11,7 @@ from sparkctl.stage import faststage
 
 if TYPE_CHECKING:
     from sparkctl.model import Cluster
+    from sparkctl.ssh.fleet import Fleet
 
 STALL_TIMEOUT_S = 120.0  # the role's spark_stage_stall_timeout_s, unless --stall-timeout says otherwise
 
@@ -44,7 +45,8 @@ def playbook_settings(bwlimit: float, stall_timeout: float) -> dict[str, Any]:
 
 def fast_check(
     cluster: Cluster, what: str, *, verify_only: bool, force: bool, full: bool,
-    fleet: Callable[[Cluster], Any], kit_reference: Callable[[Cluster], Any],
+    fleet: Callable[[Cluster], Fleet],
+    kit_reference: Callable[[Cluster], faststage.KitReference | str | None],
 ) -> faststage.StageCheck:
     """Whether the playbook may be skipped: never with --verify-only, --force or --full (the playbook's
     own modes); else one check round, cheap reasons (a checkpoint the head must read, an unpinned

@@ -61,12 +61,28 @@ def ansible_cfg() -> Path:
     return root() / "ansible.cfg"
 
 
-def state_dir() -> Path:
-    """``$SPARKCTL_STATE_DIR``, else the per-user state directory (not created here)."""
+def state_dir(home: Path | None = None) -> Path:
+    """``$SPARKCTL_STATE_DIR``, else the per-user state directory (not created here).
+
+    ``home``: the state directory of the user whose home that is, from this process (root under
+    ``sudo`` writing the admin's supervisor unit): ``~`` and the per-user default are under ``home``
+    instead of this process's ``$HOME``; ``$SPARKCTL_STATE_DIR`` (the admin's, passed through
+    ``sudo``) and an ``$XDG_STATE_HOME`` outside this process's home are kept as they are."""
     override = os.environ.get(STATE_ENV)
+    if home is None:
+        if override:
+            return Path(override).expanduser()
+        return Path(platformdirs.user_state_dir("sparkctl", appauthor=False))
     if override:
-        return Path(override).expanduser()
-    return Path(platformdirs.user_state_dir("sparkctl", appauthor=False))
+        given = Path(override)
+        if given.parts[:1] == ("~",):
+            return home.joinpath(*given.parts[1:])
+        return given
+    default = Path(platformdirs.user_state_dir("sparkctl", appauthor=False))
+    try:
+        return home / default.relative_to(Path.home())
+    except (ValueError, RuntimeError):
+        return default
 
 
 def runs_dir() -> Path:

@@ -90,6 +90,11 @@ def watch(
         bool, typer.Option("--install", help="Write and enable the supervisor's systemd unit here.")
     ] = False,
     print_unit: Annotated[bool, typer.Option("--print-unit", help="Print that unit and exit.")] = False,
+    user: Annotated[
+        str | None,
+        typer.Option("--user", help="The account the unit runs as (default: the admin `sudo` names, "
+                                    "else you); its state directory and SSH key are the unit's."),
+    ] = None,
 ) -> None:
     """Supervise the group: probe, canary, whole-group restart within the circuit breaker.
 
@@ -97,10 +102,10 @@ def watch(
     pauses healing until the next `up`. Every decision is in `sparkctl events`."""
     cluster = load_cluster(ctx)
     if print_unit:
-        sys.stdout.write(watchunit.unit_for(cluster))
+        sys.stdout.write(watchunit.unit_for(cluster, user))
         return
     if do_install:
-        path = watchunit.install(cluster)
+        path = watchunit.install(cluster, user)
         ui.console.print(f"{ui.OK} installed and started {path.name} ({path}); "
                          f"autostart {'on' if cluster.autostart else 'off'} (sparkctl_autostart)")
         return

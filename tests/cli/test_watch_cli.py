@@ -4,6 +4,8 @@ the SSH fleet and the API faked (the lab-shaped site of support.serve_site)."""
 from __future__ import annotations
 
 import json
+import os
+import pwd
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +147,8 @@ def test_install_without_systemd_says_so_and_writes_nothing(
 def test_print_unit_runs_the_service_mode_with_this_inventory_and_state(
     run_cli: Any, site: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    res = run_cli("-i", str(site.inventory), "watch", "--print-unit")
+    me = pwd.getpwuid(os.getuid()).pw_name  # root without sudo must name the account
+    res = run_cli("-i", str(site.inventory), "watch", "--print-unit", "--user", me)
     assert res.code == EXIT_OK, res.err
     assert f"-i {site.inventory.absolute()} watch --service" in res.out
     assert "Environment=SPARKCTL_STATE_DIR=" in res.out and "RestartPreventExitStatus=2" in res.out

@@ -21,8 +21,11 @@ import hashlib
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
+import tempfile
+import time
 from typing import Any
 
 from ..nodeside.images import is_digest_ref, run_reference
@@ -253,12 +256,136 @@ def build(ref: str, context: str, dockerfile: str, node: str, timeout: float = 7
     return {"changed": before is None or before["id"] != after["id"], "image": after, "previous": before}
 
 
-def save(ref: str, image_id: str, run_dir: str, node: str, compress: bool = True) -> dict[str, Any]:
+# The saved archive is at most about the image's size (a plain tar of its layers; zstd only shrinks
+# it): the head needs that much, times this factor, plus the margin, free before `docker save`.
+SAVE_FACTOR = 1.1
+# A stage of the save pipe that sends no byte for this long is stopped (docker hung, a stuck disk).
+SAVE_STALL_S = 600.0
+# After the stream ended, how long each stage may take to exit.
+EXIT_WAIT_S = 60.0
+
+
+def save_space_check(node: str, root: str, image_bytes: int, margin: int) -> dict[str, Any]:
+    """Refuse, naming the node, the path and needed against free bytes, when the filesystem of the
+    archive directory ``root`` cannot hold the archive of an image of ``image_bytes`` (× SAVE_FACTOR)
+    plus ``margin``. A ``.partial`` left by an interrupted save counts as free (it is replaced)."""
+    probe_path, _dev, free = free_bytes(root)
+    for name in (ARCHIVE, ARCHIVE_PLAIN):
+        with contextlib.suppress(OSError):
+            free += os.stat(os.path.join(root, name + mf.PARTIAL)).st_size
+    need = int(image_bytes * SAVE_FACTOR) + margin
+    report = {"path": probe_path, "needed_bytes": need, "free_bytes": free, "margin_bytes": margin}
+    if need > free:
+        raise ImageError(
+            f"{node}: not enough space on the filesystem of {probe_path} to save the image: needs "
+            f"{_gib(need)} (image {_gib(image_bytes)} x {SAVE_FACTOR} + {_gib(margin)} margin), "
+            f"{_gib(free)} free; nothing was saved — free space there (or lower the margin) and re-run"
+        )
+    return report
+
+
+def _tail(fh: Any) -> str:
+    fh.seek(0)
+    text = fh.read()[-2000:].decode(errors="replace").strip()
+    return " ".join(text.splitlines()[-3:])[-300:]
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Kill every stage still running and reap it (bounded: a killed process exits at once)."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.kill()
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+
+
+def pipe_to_file(
+    node: str, argvs: list[list[str]], path: str, stall_s: float = SAVE_STALL_S
+) -> tuple[int, str]:
+    """Run ``argvs`` as a pipe (each stage's stdout into the next one's stdin), the last stage's
+    output written to ``path`` and hashed as it arrives: ``(bytes, sha256)``.
+
+    Streams in blocks (never held in memory). Every stage's exit status is checked; a failed write
+    (full disk, file size limit), a stage that exits non-zero, or one that sends nothing for
+    ``stall_s`` kills every stage at once and raises ImageError naming the node, the stage and why.
+    """
+    what = " | ".join(argv[0] if argv[0] != "docker" else " ".join(argv) for argv in argvs)
+    procs: list[subprocess.Popen[bytes]] = []
+    errs = [tempfile.TemporaryFile() for _ in argvs]  # noqa: SIM115  # closed in the finally below
+    h = hashlib.sha256()
+    size = 0
+    cause = ""
+    reader: Any = None
+    try:
+        for argv, err in zip(argvs, errs, strict=True):
+            proc = subprocess.Popen(argv, stdin=reader if reader is not None else subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=err)
+            procs.append(proc)
+            if reader is not None:
+                reader.close()  # the next stage holds the read end now: a dead reader is EPIPE upstream
+            reader = proc.stdout
+        assert reader is not None
+        fd = reader.fileno()
+        with open(path, "wb", buffering=0) as out:
+            while True:
+                ready, _, _ = select.select([fd], [], [], stall_s)
+                if not ready:
+                    cause = f"{what} sent nothing for {stall_s:.0f} s"
+                    break
+                chunk = os.read(fd, BLOCK)
+                if not chunk:
+                    break
+                h.update(chunk)
+                try:
+                    out.write(chunk)
+                except OSError as exc:
+                    cause = f"writing {path} failed: {exc.strerror or exc}"
+                    break
+                size += len(chunk)
+            if not cause:
+                try:
+                    os.fsync(out.fileno())
+                except OSError as exc:
+                    cause = f"writing {path} failed: {exc.strerror or exc}"
+    except OSError as exc:  # a stage that cannot start (zstd missing), the file that cannot be opened
+        cause = f"{exc.filename or what}: {exc.strerror or exc}"
+    finally:
+        if reader is not None:
+            reader.close()
+        if cause:
+            _stop(procs)
+        deadline = time.monotonic() + EXIT_WAIT_S
+        for proc in procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                cause = cause or f"{proc.args!r} did not exit after its output ended"
+                _stop(procs)
+        stages = []
+        for argv, proc, err in zip(argvs, procs, errs, strict=False):  # the stages that started
+            name = " ".join(argv[:2]) if argv[0] == "docker" else argv[0]
+            if proc.returncode and not (cause and proc.returncode < 0):  # not our own kill
+                stages.append(f"{name} exited {proc.returncode}: {_tail(err) or 'no message'}")
+            err.close()
+    if cause or stages:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise ImageError(f"{node}: {what} failed: {'; '.join([c for c in [cause] if c] + stages)}")
+    return size, h.hexdigest()
+
+
+def save(
+    ref: str, image_id: str, run_dir: str, node: str, compress: bool = True, margin: int = 0
+) -> dict[str, Any]:
     """The archive of ``image_id`` (saved under ``ref``) and its manifest; an existing one is reused.
 
-    ``docker save | zstd`` is written to ``<archive>.partial`` and hashed as it arrives; the
-    rename happens only when both processes exited 0 and the image under ``ref`` is still
-    ``image_id``. Returns ``{"changed", "dir", "manifest"}``.
+    First the archive directory's filesystem must hold the image's size (× SAVE_FACTOR) plus
+    ``margin`` (:func:`save_space_check`). Then ``docker save | zstd`` is written to
+    ``<archive>.partial`` and hashed as it arrives (:func:`pipe_to_file`: a failing stage or write
+    stops the whole pipe at once); the rename happens only when every stage exited 0 and the image
+    under ``ref`` is still ``image_id``. Returns ``{"changed", "dir", "manifest", "space"}``.
     """
     root = archive_dir(run_dir, image_id)
     name = ARCHIVE if compress else ARCHIVE_PLAIN
@@ -271,39 +398,15 @@ def save(ref: str, image_id: str, run_dir: str, node: str, compress: bool = True
             and all(mf.quick_ok(root, doc, doc).values())
         ):
             return {"changed": False, "dir": root, "manifest": doc}
+    found = inspect(image_id)
+    if found is None:
+        raise ImageError(f"{node}: docker save {ref} failed: the image {image_id} is not on this node")
+    space = save_space_check(node, root, found["size"], margin)
     os.makedirs(root, exist_ok=True)
     final = os.path.join(root, name)
     part = final + mf.PARTIAL
-    h = hashlib.sha256()
-    size = 0
-    saver = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    producer = saver
-    zstd = None
-    if compress:
-        zstd = subprocess.Popen(
-            ["zstd", "-T0", "-3", "-q", "-c"],
-            stdin=saver.stdout,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        saver.stdout.close()  # type: ignore[union-attr]  # zstd holds the read end now
-        producer = zstd
-    try:
-        with open(part, "wb", buffering=0) as out:
-            while chunk := producer.stdout.read(BLOCK):  # type: ignore[union-attr]
-                h.update(chunk)
-                out.write(chunk)
-                size += len(chunk)
-            os.fsync(out.fileno())
-    finally:
-        errs = [p.communicate()[1].decode(errors="replace").strip() for p in (saver, zstd) if p is not None]
-    rcs = [p.returncode for p in (saver, zstd) if p is not None]
-    if any(rcs):
-        with contextlib.suppress(OSError):
-            os.unlink(part)
-        raise ImageError(
-            f"{node}: docker save {ref}{' | zstd' if compress else ''} failed: {' '.join(errs)[-400:]}"
-        )
+    argvs = [["docker", "save", ref]] + ([["zstd", "-T0", "-3", "-q", "-c"]] if compress else [])
+    size, digest = pipe_to_file(node, argvs, part)
     now = inspect(ref)
     if now is None or now["id"] != image_id:
         os.unlink(part)
@@ -314,10 +417,10 @@ def save(ref: str, image_id: str, run_dir: str, node: str, compress: bool = True
         "version": mf.VERSION,
         "source": {"image_id": image_id, "ref": ref, "compress": "zstd" if compress else "none"},
         "total_bytes": size,
-        "files": [{"path": name, "size": size, "sha256": h.hexdigest(), "mtime_ns": st.st_mtime_ns}],
+        "files": [{"path": name, "size": size, "sha256": digest, "mtime_ns": st.st_mtime_ns}],
     }
     mf.save(root, doc)
-    return {"changed": True, "dir": root, "manifest": doc}
+    return {"changed": True, "dir": root, "manifest": doc, "space": space}
 
 
 # --- the workers: space, load -------------------------------------------------------------------

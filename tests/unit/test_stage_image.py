@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +115,73 @@ def test_save_refuses_when_the_image_is_gone(docker: Docker, tmp_path: Path) -> 
     with pytest.raises(image.ImageError, match="spark-0: docker save sparkctl-lab/engine:kit failed"):
         image.save(REF, HEAD_ID, str(tmp_path / "run"), "spark-0", compress=False)
     assert not list((tmp_path / "run" / "images").rglob("image.tar*"))
+
+
+def test_save_refuses_when_the_heads_filesystem_lacks_the_space(docker: Docker, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    free = shutil.disk_usage(tmp_path).free
+    docker.add(HEAD_ID, REF, size=free)  # x SAVE_FACTOR: more than is free
+    with pytest.raises(
+        image.ImageError,
+        match=rf"spark-0: not enough space on the filesystem of {tmp_path}\S* to save the image: needs "
+              r"[\d.]+ GiB \(image [\d.]+ GiB x 1.1 \+ 0.00 GiB margin\), [\d.]+ GiB free",
+    ):
+        image.save(REF, HEAD_ID, str(run), "spark-0")
+    assert not list(run.rglob("image.tar*"))  # docker save never ran
+
+
+SAVE_CHILD = """
+import resource, signal, sys
+from sparkctl.stage import image
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, like ENOSPC
+resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, 256 << 10))
+try:
+    image.save(sys.argv[1], sys.argv[2], sys.argv[3], "spark-0", compress=sys.argv[4] == "zstd")
+except image.ImageError as exc:
+    print(exc)
+    raise SystemExit(3)
+"""
+
+
+@pytest.mark.parametrize("compress", ["zstd", "plain"])
+def test_a_failing_archive_write_stops_the_save_pipe_within_seconds(
+    docker: Docker, tmp_path: Path, compress: str
+) -> None:
+    """The archive's filesystem fills up (a file size limit in the saving process) while docker save
+    still has megabytes to send: the pipe stops at once, naming the node and the cause, instead of
+    waiting on a docker save blocked on a full pipe (or reading the rest into memory)."""
+    if compress == "zstd" and shutil.which("zstd") is None:
+        pytest.skip("zstd is not installed")
+    docker.add(HEAD_ID, REF)
+    run = tmp_path / "run"
+    env = {**os.environ, "FAKE_DOCKER_SAVE_BYTES": str(64 << 20)}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", SAVE_CHILD, REF, HEAD_ID, str(run), compress],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
+    assert time.monotonic() - started < 20
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert re.match(rf"spark-0: docker save {REF}( \| zstd)? failed: writing \S+image.tar\S*\.partial "
+                    r"failed: File too large", proc.stdout), proc.stdout
+    assert not list(run.rglob("image.tar*"))  # the partial archive is removed
+
+
+def test_a_failing_compressor_stops_the_save_and_names_it(
+    docker: Docker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (docker.bin / "zstd").write_text(
+        "#!/bin/sh\nhead -c 70000 >/dev/null\necho 'zstd: error 70 : Write error : cannot write block' >&2\n"
+        "exit 1\n"
+    )
+    (docker.bin / "zstd").chmod(0o755)
+    docker.add(HEAD_ID, REF)
+    monkeypatch.setenv("FAKE_DOCKER_SAVE_BYTES", str(16 << 20))
+    started = time.monotonic()
+    with pytest.raises(image.ImageError) as err:
+        image.save(REF, HEAD_ID, str(tmp_path / "run"), "spark-0")
+    assert time.monotonic() - started < 20
+    assert str(err.value).startswith(f"spark-0: docker save {REF} | zstd failed: ")
+    assert "zstd exited 1: zstd: error 70 : Write error" in str(err.value)
+    assert not list((tmp_path / "run").rglob("image.tar*"))
 
 
 @needs_zstd

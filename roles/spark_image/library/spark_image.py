@@ -12,8 +12,10 @@ description:
   - C(pull) pulls C(ref) unless this node already has it (with the pinned C(expected_id)).
   - C(build) runs C(docker build --pull=false) of the staged kit; a base image missing on the node
     is refused (a build never pulls).
-  - C(save) writes C(docker save ref | zstd) under C(<run_dir>/images/<id16>/), hashed as it is
-    written and renamed when complete, with its manifest; an existing archive of the same ID is kept.
+  - C(save) first refuses when the run directory's filesystem lacks the image's size (x 1.1) plus
+    C(margin_gib), then writes C(docker save ref | zstd) under C(<run_dir>/images/<id16>/), hashed
+    as it is written and renamed when complete, with its manifest; a failed write or stage stops the
+    whole pipe at once, naming the cause. An existing archive of the same ID is kept.
   - C(preflight) refuses a node whose run directory or docker data root lacks the room for the
     archive and the loaded layers (plus the margin), before any byte moves.
   - C(fanout) is this node's link of the staging chain (sparkctl/stage/transfer.py run_node) for
@@ -158,7 +160,7 @@ def main():
         if action == "save":
             if module.check_mode:
                 module.exit_json(changed=True, dir=image.archive_dir(p["run_dir"], p["expected_id"]))
-            module.exit_json(**image.save(p["ref"], p["expected_id"], p["run_dir"], node, p["compress"]))
+            module.exit_json(**image.save(p["ref"], p["expected_id"], p["run_dir"], node, p["compress"], margin))
         if action == "preflight":
             report = image.space_check(
                 node, p["run_dir"], p["data_root"], p["archive_bytes"], p["image_bytes"], margin

@@ -58,54 +58,107 @@ LOCK_NAME = ".sparkctl-stage.lock"  # in the target directory; manifests skip *.
 
 
 def _start_time(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (clock ticks since boot), to tell it from a reused PID."""
+    """The kernel's start time of ``pid`` (clock ticks since boot), to tell it from a reused PID;
+    None when there is no such process, or only its zombie (it holds no lock any more)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
         return None
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
 
 
-def fence(root: str, wait_s: float = 30.0, log: Callable[[str], None] | None = None) -> int:
-    """Become the only writer of ``root`` on this node; returns the lock's descriptor (keep it open).
+# A holder whose lock file was not touched for this long is hung (a live agent's ticker touches it
+# twice a second): it is stopped. A live holder that beats is never stopped, only waited for.
+LOCK_STALE_S = 120.0
 
-    An earlier agent of an interrupted run may still be writing the same ``.partial`` files: its
-    PID and start time are in the lock file, so it is stopped (SIGTERM, then SIGKILL) before this
-    run touches anything. A holder that is not that process (another live run) is waited for up to
-    ``wait_s`` and then refused.
+
+def _holder(fd: int) -> tuple[int, str, str]:
+    """(pid, kernel start time, node) that the lock file names; (0, "", "") when unreadable."""
+    words = os.pread(fd, 300, 0).decode(errors="replace").split()
+    pid = int(words[0]) if words and words[0].isdigit() else 0
+    return pid, words[1] if len(words) > 1 else "", words[2] if len(words) > 2 else ""
+
+
+def _stop_holder(pid: int, start: str) -> None:
+    """SIGTERM (with SIGCONT, so a stopped process takes it), then SIGKILL, the process ``pid`` while
+    it is still the one started at ``start``."""
+    for sigs, grace in (((signal.SIGTERM, signal.SIGCONT), 5.0), ((signal.SIGKILL,), 5.0)):
+        for sig in sigs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and _start_time(pid) == start:
+            time.sleep(0.05)
+        if _start_time(pid) != start:
+            return
+
+
+def heartbeat(fd: int) -> None:
+    """Tell waiting runs that this holder of the lock ``fd`` is alive (its mtime is now)."""
+    with contextlib.suppress(OSError):
+        os.utime(fd)
+
+
+def fence(
+    root: str,
+    wait_s: float = 30.0,
+    log: Callable[[str], None] | None = None,
+    node: str = "",
+    stale_s: float = LOCK_STALE_S,
+) -> int:
+    """Become the only writer of ``root`` on this node; returns the lock's descriptor (keep it open,
+    and :func:`heartbeat` it while working).
+
+    A live holder — another stage run on this node, or the agent of an interrupted run still
+    finishing its file — is never stopped: it is waited for up to ``wait_s``, then refused with
+    its PID and node named. Only a stale holder is cleared: a lock whose process is gone (the
+    kernel released it; its words are overwritten) or a holder that stopped beating for
+    ``stale_s`` (a hung or suspended agent: SIGTERM, then SIGKILL).
     """
     os.makedirs(root, exist_ok=True)
     fd = os.open(os.path.join(root, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o600)
+    where = f"{node}: " if node else ""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        pid, start, _ = _holder(fd)
+        if pid and pid != os.getpid() and _start_time(pid) != start and log:
+            log(f"{where}cleared the stale lock of {root} left by pid {pid} (no longer running)")
     except BlockingIOError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").split()
-        pid = int(holder[0]) if holder and holder[0].isdigit() else 0
-        if pid and pid != os.getpid() and len(holder) > 1 and _start_time(pid) == holder[1]:
-            if log:
-                log(f"stopping the stage agent of an earlier run (pid {pid}) that still holds {root}")
-            for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-                deadline = time.monotonic() + grace
-                while time.monotonic() < deadline and _start_time(pid) == holder[1]:
-                    time.sleep(0.05)
-                if _start_time(pid) != holder[1]:
-                    break
         deadline = time.monotonic() + wait_s
+        waited = False
         while True:
+            pid, start, holder_node = _holder(fd)
+            alive = bool(pid) and pid != os.getpid() and _start_time(pid) == start
+            silent = time.time() - os.fstat(fd).st_mtime
+            if alive and silent > stale_s:
+                if log:
+                    log(f"{where}stopping the stage agent pid {pid} that holds {root} but has not "
+                        f"beaten for {silent:.0f} s (hung or suspended)")
+                _stop_holder(pid, start)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise TransferError(
-                        f"another stage run holds {root} (pid {pid or '?'}); wait for it or stop it"
-                    ) from None
-                time.sleep(0.1)
+                pass
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                state = "running" if alive else "named in the lock, no longer running"
+                on = holder_node or node or "this node"
+                raise TransferError(
+                    f"{where}another stage run holds {root} (pid {pid or '?'} on {on}, "
+                    f"{state}, last beat {silent:.0f} s ago); waited {wait_s:.0f} s and left it alone — "
+                    f"let it finish (or stop it: kill {pid or '<pid>'}) and re-run"
+                ) from None
+            if not waited and log:
+                log(f"{where}waiting up to {wait_s:.0f} s for the run (pid {pid or '?'}) holding {root}")
+            waited = True
+            time.sleep(0.1)
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()} {_start_time(os.getpid()) or 0}\n".encode(), 0)
+    os.pwrite(fd, f"{os.getpid()} {_start_time(os.getpid()) or 0} {node or '-'}\n".encode(), 0)
+    heartbeat(fd)
     return fd
 
 
@@ -176,15 +229,19 @@ _PROGRESS_FIELDS = (
 
 
 class Ticker(threading.Thread):
-    """Rewrites a Progress file every ``every`` seconds until ``stop`` is set."""
+    """Rewrites a Progress file every ``every`` seconds until ``stop`` is set, and beats the stage
+    lock once it is held (``lock_fd``: see :func:`fence`)."""
 
     def __init__(self, progress: Progress, every: float = 0.5):
         super().__init__(daemon=True)
         self.progress, self.every, self.stop = progress, every, threading.Event()
+        self.lock_fd = -1
 
     def run(self) -> None:
         while not self.stop.wait(self.every):
             self.progress.write()
+            if self.lock_fd >= 0:
+                heartbeat(self.lock_fd)
 
 
 # --- the serving side ----------------------------------------------------------------------
@@ -702,8 +759,13 @@ def run_node(
     connect_wait_s: float = 120.0,
     retries: int = 3,
     log: Callable[[str], None] | None = None,
+    lock_wait_s: float | None = None,
 ) -> NodeResult:
-    """This node's part of the chain: confirm/receive every file, serve the next node, write the manifest."""
+    """This node's part of the chain: confirm/receive every file, serve the next node, write the manifest.
+
+    ``lock_wait_s`` bounds the wait for another run holding ``root`` (default: ``stall_s`` + 10 s,
+    at least 30 s — an interrupted run's agent gives up within ``stall_s`` once its peers are gone).
+    """
     started = time.monotonic()
     files = {mf.safe_relpath(e["path"]): e for e in expected["files"]}
     progress = Progress(
@@ -721,7 +783,11 @@ def run_node(
     server = None
     lock_fd = -1
     try:
-        lock_fd = fence(root, log=log)  # one writer per node: an interrupted run's agent is stopped
+        # One writer per node: a live holder (a concurrent run, or an interrupted run's agent, which
+        # gives up after stall_s without data) is waited for, never stopped; a hung one is.
+        lock_fd = fence(root, wait_s=lock_wait_s if lock_wait_s is not None else max(30.0, stall_s + 10),
+                        log=log, node=node)
+        ticker.lock_fd = lock_fd
         if listen is not None:
             server = Server(root, files, listen[0], listen[1], expect_downstream, stall_s).start()
         todo = plan_local(root, expected)
@@ -821,6 +887,8 @@ def run_node(
         raise
     finally:
         ticker.stop.set()
+        ticker.join(5)  # no heartbeat on a descriptor number closed below (and perhaps reused)
+        ticker.lock_fd = -1
         if server is not None:
             server.close()
         if lock_fd >= 0:

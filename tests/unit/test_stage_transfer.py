@@ -239,9 +239,10 @@ def test_kill_9_mid_file_then_rerun_resumes_bit_exact(tmp_path: Path) -> None:
     assert done["state"] == "done" and done["bytes_moved"] <= (24 << 20) - (cut // (1 << 20)) * (1 << 20)
 
 
-def test_a_second_run_fences_the_first_and_the_file_is_exact(tmp_path: Path) -> None:
-    """Two stage runs at once on one node: the newer one stops the older agent before it writes, so
-    the shared .partial never interleaves two streams."""
+def test_a_second_run_waits_for_a_live_first_run_and_never_stops_it(tmp_path: Path) -> None:
+    """Two stage runs at once on one node: the newer one waits while the older agent (alive, its
+    lock beating) finishes the shared .partial, instead of stopping it; both succeed and the file
+    is exact."""
     m = make_source(tmp_path / "n0" / "model", {"big.safetensors": 24 << 20})
     (tmp_path / "m.json").write_text(json.dumps(m))
     port = free_port()
@@ -249,7 +250,7 @@ def test_a_second_run_fences_the_first_and_the_file_is_exact(tmp_path: Path) -> 
                        "127.0.0.1", port, expect_done=3, stall_s=10).start()
     server.mark_ready("big.safetensors")
     argv = [sys.executable, "-c", AGENT, str(tmp_path / "m.json"), str(tmp_path / "n1" / "model"), str(port)]
-    first = subprocess.Popen([*argv, str(tmp_path / "a.json"), str(2 << 20)], cwd=REPO)  # slow
+    first = subprocess.Popen([*argv, str(tmp_path / "a.json"), str(4 << 20)], cwd=REPO)  # slow
     part = tmp_path / "n1" / "model" / "big.safetensors.partial"
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and (not part.exists() or part.stat().st_size < (3 << 20)):
@@ -258,20 +259,79 @@ def test_a_second_run_fences_the_first_and_the_file_is_exact(tmp_path: Path) -> 
     second = subprocess.run([*argv, str(tmp_path / "b.json"), "0"], cwd=REPO, timeout=60,
                             capture_output=True, text=True)
     server.close()
+    assert first.wait(30) == 0, "the first agent ran to its end: nobody stopped it"
     assert second.returncode == 0, second.stderr
-    assert first.wait(10) != 0, "the first agent was stopped by the second run"
     final = tmp_path / "n1" / "model" / "big.safetensors"
     assert final.read_bytes() == (tmp_path / "n0" / "model" / "big.safetensors").read_bytes()
     assert not part.exists()
 
 
-def test_a_live_holder_that_is_not_an_earlier_agent_is_refused(tmp_path: Path) -> None:
+HOLDER = """
+import sys, time
+from sparkctl.stage import transfer as tx
+fd = tx.fence(sys.argv[1], node="spark-1")
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def _holder(root: Path, hold_s: float) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(root), str(hold_s)], cwd=REPO,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_live_holder_is_waited_for_then_refused_by_pid_and_never_stopped(tmp_path: Path) -> None:
     root = tmp_path / "model"
-    fd = tx.fence(str(root))
+    holder = _holder(root, 60)
+    logs: list[str] = []
     try:
-        # The same lock, taken again from another open file: the holder is this (live) process.
-        with pytest.raises(tx.TransferError, match="another stage run holds"):
-            tx.fence(str(root), wait_s=0.3)
+        started = time.monotonic()
+        with pytest.raises(
+            tx.TransferError,
+            match=rf"^spark-1: another stage run holds {root} \(pid {holder.pid} on spark-1, running, "
+                  rf"last beat \d+ s ago\); waited 1 s and left it alone .*kill {holder.pid}\)",
+        ):
+            tx.fence(str(root), wait_s=1, node="spark-1", log=logs.append)
+        assert 1 <= time.monotonic() - started < 5
+        assert holder.poll() is None, "a live concurrent run is never stopped"
+        assert logs == [f"spark-1: waiting up to 1 s for the run (pid {holder.pid}) holding {root}"]
+    finally:
+        holder.kill()
+        holder.wait()
+    # Its lock died with it: taken at once, and the stale words are overwritten.
+    fd = tx.fence(str(root), wait_s=0.3, node="spark-1", log=logs.append)
+    try:
+        assert logs[-1] == (f"spark-1: cleared the stale lock of {root} left by pid {holder.pid} "
+                            "(no longer running)")
+        assert (root / tx.LOCK_NAME).read_text().split()[::2] == [str(os.getpid()), "spark-1"]
     finally:
         os.close(fd)
-    os.close(tx.fence(str(root), wait_s=0.3))  # released: free again
+
+
+def test_a_holder_that_finishes_while_waited_for_hands_over_the_lock(tmp_path: Path) -> None:
+    root = tmp_path / "model"
+    holder = _holder(root, 1.0)
+    fd = tx.fence(str(root), wait_s=30, node="spark-1")
+    os.close(fd)
+    assert holder.wait(10) == 0, "the holder ended by itself"
+
+
+def test_a_hung_holder_that_stopped_beating_is_stopped(tmp_path: Path) -> None:
+    root = tmp_path / "model"
+    holder = _holder(root, 60)
+    os.kill(holder.pid, signal.SIGSTOP)  # suspended: alive, holding the lock, beating no more
+    old = time.time() - 600
+    os.utime(root / tx.LOCK_NAME, (old, old))
+    logs: list[str] = []
+    try:
+        fd = tx.fence(str(root), wait_s=10, node="spark-1", stale_s=60, log=logs.append)
+        os.close(fd)
+        assert holder.wait(10) == -signal.SIGTERM
+        assert logs[0].startswith(f"spark-1: stopping the stage agent pid {holder.pid} that holds {root} "
+                                  "but has not beaten for 6")
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()

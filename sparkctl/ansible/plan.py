@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkctl.ansible import roledefaults
+
 if TYPE_CHECKING:
     from sparkctl.model import Cluster
 
@@ -45,11 +47,19 @@ class Plan:
         return cmd
 
 
+def secret_env_names(cluster: Cluster) -> tuple[str, ...]:
+    """The controller's environment variables that hold this site's secrets, as the inventory and
+    the roles declare them: each ``{env: VAR}`` of ``sparkctl_secrets``, and the Hugging Face token
+    variable the stage role reads (``spark_stage_hf_token_env``). Only these are withheld."""
+    names = {ref.env for ref in cluster.secrets.values() if ref.env}
+    names.add(str(roledefaults.role_default("spark_stage", "spark_stage_hf_token_env")))
+    return tuple(sorted(names))
+
+
 def _plan(cluster: Cluster, **kw: Any) -> Plan:
     """A plan on this cluster's inventory, with the names of the environment variables its secrets
     are read from (never their values)."""
-    secret_env = tuple(sorted({ref.env for ref in cluster.secrets.values() if ref.env}))
-    return Plan(inventory=Path(cluster.inventory_dir), secret_env=secret_env, **kw)
+    return Plan(inventory=Path(cluster.inventory_dir), secret_env=secret_env_names(cluster), **kw)
 
 
 STAGE_WHAT = ("kit", "image", "weights", "engram", "all")

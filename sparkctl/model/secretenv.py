@@ -2,9 +2,14 @@
 playbook that sparkctl runs) the in-memory file the runner hands over instead.
 
 ansible-runner records the whole environment of ansible-playbook in the run directory. So the
-runner takes every secret variable out of that environment and writes the values to an anonymous
+runner takes the secret variables out of that environment and writes the values to an anonymous
 in-memory file (``memfd``) that only exists while sparkctl runs; ``SPARKCTL_SECRETS_FD`` names it
 (``/proc/<pid>/fd/<n>``). Nothing secret reaches the disk, even when the run is killed.
+
+Which variables are secret is the explicit list the inventory declares (its ``{env: VAR}`` secret
+references, the Hugging Face token variable the stage role reads: ``ansible.plan``), never a guess
+from a name: a vault password script reading ``$VAULT_PASS``, ``ANSIBLE_BECOME_PASS`` or a git
+token must still find its variable in the playbook's environment.
 """
 
 from __future__ import annotations
@@ -12,12 +17,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 from collections.abc import Iterable, Iterator
 
 SECRETS_FD_ENV = "SPARKCTL_SECRETS_FD"
-# Environment variable names that hold secrets by convention (HF_TOKEN, OPENAI_API_KEY, ...).
-SECRET_NAME = re.compile(r"(?i)(^|_)(key|token|secret|passw(or)?d|pass|passphrase|credentials?)$")
 
 
 def get(name: str) -> str | None:
@@ -37,17 +39,18 @@ def get(name: str) -> str | None:
     return str(found) if found else None
 
 
-def secret_names(extra: Iterable[str] = ()) -> list[str]:
-    """Names in this environment that hold secrets: the conventional ones plus ``extra``."""
-    wanted = set(extra)
-    return sorted(n for n in os.environ if n in wanted or SECRET_NAME.search(n))
+def secret_names(declared: Iterable[str] = ()) -> list[str]:
+    """The ``declared`` secret variables that are set in this environment."""
+    wanted = set(declared)
+    return sorted(n for n in os.environ if n in wanted)
 
 
 @contextlib.contextmanager
-def withheld(extra: Iterable[str] = ()) -> Iterator[dict[str, str]]:
-    """While inside: the secret variables are out of ``os.environ`` (so nothing spawned now records
-    them) and in a memfd; yields the variables to add to the child's environment (the fd's path)."""
-    names = secret_names(extra)
+def withheld(declared: Iterable[str] = ()) -> Iterator[dict[str, str]]:
+    """While inside: the ``declared`` secret variables are out of ``os.environ`` (so nothing spawned
+    now records them) and in a memfd; yields the variables to add to the child's environment (the
+    fd's path). Every other variable stays where it is."""
+    names = secret_names(declared)
     saved = {n: os.environ.pop(n) for n in names}
     fd = -1
     try:

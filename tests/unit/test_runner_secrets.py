@@ -52,7 +52,7 @@ def _no_secret_under(root: Path) -> None:
 def test_secrets_reach_the_playbook_through_memory_only(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     project = _project(tmp_path)
     monkeypatch.setenv("SPARKCTL_TEST_TOKEN", SECRET)
-    plan = Plan("secret.yml", project / "hosts.yml")
+    plan = Plan("secret.yml", project / "hosts.yml", secret_env=("SPARKCTL_TEST_TOKEN",))
     res = runner.execute(plan, runs_dir=project / "runs", project_dir=project)
     assert res.ok, res.failures
     facts = res.task_results("Secret through memory")["a"]["ansible_facts"]
@@ -79,7 +79,8 @@ from pathlib import Path
 from sparkctl.ansible import runner
 from sparkctl.ansible.plan import Plan
 project = Path(sys.argv[1])
-runner.execute(Plan("secret.yml", project / "hosts.yml"), runs_dir=project / "runs", project_dir=project)
+runner.execute(Plan("secret.yml", project / "hosts.yml", secret_env=("SPARKCTL_TEST_TOKEN",)),
+               runs_dir=project / "runs", project_dir=project)
 """
 
 

@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # annotations only: render never imports the model at run tim
 BRIDGE = "sparkctl-fabric"
 PORT_SPEED = "200G-baseCR4"
 PFC = f"sparkctl-pfc{c.ROCE_PRIO}"
+# How the RouterOS script reports a port it took out of another bridge (spark_switch reads it back).
+MOVED = "sparkctl: moving "
 
 
 def the_switch(cluster: Cluster) -> Switch:
@@ -55,6 +57,14 @@ def _ensure(match: str, props: str) -> str:
     return f":if ([:len [find {match}]] = 0) do={{ add {props} }}\n"
 
 
+def _move_out(port: str) -> str:
+    """RouterOS (in /interface bridge port): take ``port`` out of every bridge but the fabric's,
+    saying which (the line starts with MOVED, which the switch role reads back)."""
+    said = _ros(f"{MOVED}{port} out of bridge ")
+    return (f":foreach p in=[find where interface={_ros(port)} and bridge!={BRIDGE}] do={{ "
+            f":put ({said} . [get $p bridge]); remove $p }}\n")
+
+
 def routeros(cluster: Cluster) -> str:
     sw = the_switch(cluster)
     l2mtu = sw.l2mtu or sw.mtu
@@ -74,10 +84,16 @@ def routeros(cluster: Cluster) -> str:
         "\n# One bridge, hardware-offloaded: a single L2 domain for the fabric subnets.\n",
         "/interface bridge\n",
         _ensure(f"name={BRIDGE}", f'name={BRIDGE} protocol-mode=none comment="sparkctl RoCE fabric"'),
+        "# A Spark port already in another bridge (the default one holds every port out of the box)\n",
+        "# is moved out of it, never left there: that would join the fabric to the management LAN.\n",
+        "# Each move is reported (`sparkctl: moving ...`); sparkctl applies this under a revert armed\n",
+        "# on the switch, in case the port carried management.\n",
         "/interface bridge port\n",
     ]
     for name, _ in ports:
-        out.append(_ensure(f"interface={_ros(name)}", f"bridge={BRIDGE} interface={_ros(name)} hw=yes"))
+        out.append(_move_out(name))
+        out.append(_ensure(f"interface={_ros(name)} bridge={BRIDGE}",
+                           f"bridge={BRIDGE} interface={_ros(name)} hw=yes"))
     out += [
         "/interface bridge settings\nset use-ip-firewall=no\n",
         f"\n# QoS: DSCP {c.ROCE_DSCP} (RoCE) -> class {c.ROCE_PRIO} lossless, DSCP {c.CNP_DSCP} (CNP) -> "

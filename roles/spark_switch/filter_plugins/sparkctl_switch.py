@@ -1,4 +1,5 @@
-"""Filters of the spark_switch role: read what a switch answered, pick backups to prune, show a diff.
+"""Filters of the spark_switch role: read what a switch answered, pick backups to prune, show a diff,
+and write the RouterOS commands that arm, probe and disarm the on-switch revert.
 
 Standard library only (they run inside Ansible on the controller); unit-tested with transcripts of
 device answers in tests/fixtures/switch/.
@@ -123,6 +124,69 @@ def nvue_last_applied(history: object) -> str | None:
     return revisions[0] if revisions else None
 
 
+# --- RouterOS: the dead-man revert -------------------------------------------------------------
+# The revert is a `/system scheduler` entry added right after this run's backup is saved: unless a
+# NEW login removes it, it fires `interval` seconds later and loads that backup (`/system backup
+# load`: the switch reboots into the configuration it had before the run). A scheduler entry with an
+# interval first fires one interval after it is added, not when it is added, and `/system backup
+# load` run from a scheduler has no prompt to answer. The entry is added after the backup, so the
+# restored configuration does not hold it: the revert fires once. Should the load itself fail, the
+# entry fires again every interval (and logs each attempt) until someone removes it.
+# The rendered fabric script is not the place for it: a script imported by hand must never arm a
+# revert to a backup it knows nothing of. These commands are built here because they depend on
+# this run (the backup's timestamped name, the role's timeout), not on the inventory.
+REVERT_MARK = "sparkctl-revert armed="
+
+
+def _ros(text: str) -> str:
+    """A RouterOS string literal (the same quoting as sparkctl.render.switch)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
+
+def _seconds(value: object) -> int:
+    seconds = int(str(value))
+    if seconds < 30:
+        raise ValueError(f"a revert after {seconds} s would fire before the import and the new login "
+                         "are done (spark_switch_revert_seconds must be 30 or more)")
+    return seconds
+
+
+def routeros_revert_arm(backup: str, seconds: object, name: str = "sparkctl-revert") -> str:
+    """The command that arms the revert: load ``backup``.backup ``seconds`` from now unless removed."""
+    if not backup or any(ch in backup for ch in "\"\\$\n\r;"):
+        raise ValueError(f"backup name {backup!r} is not a plain file name")
+    event = (f":log warning {_ros(f'sparkctl: no new login confirmed the change; loading {backup}.backup')}; "
+             f"/system backup load name={_ros(backup + '.backup')} password=\"\"")
+    return (f"/system scheduler add name={_ros(name)} interval={_seconds(seconds)}s "
+            f"comment={_ros('sparkctl: dead-man revert to ' + backup + ' (removed once a new login works)')} "
+            f"on-event={_ros(event)}")
+
+
+def routeros_revert_probe(name: str = "sparkctl-revert") -> str:
+    """A command whose answer says how many revert entries wait (read with routeros_revert_armed)."""
+    return f":put ({_ros(REVERT_MARK)} . [:len [/system scheduler find where name={_ros(name)}]])"
+
+
+def routeros_revert_disarm(name: str = "sparkctl-revert") -> str:
+    """The command that removes the revert (a no-op when none is armed)."""
+    return f"/system scheduler remove [find where name={_ros(name)}]"
+
+
+def routeros_revert_armed(answer: object) -> int:
+    """How many revert entries a routeros_revert_probe answer counted; -1 when it has no count."""
+    for line in _lines(answer):
+        m = re.search(re.escape(REVERT_MARK) + r"(\d+)", line)
+        if m and not _ECHO.match(line.strip()):
+            return int(m.group(1))
+    return -1
+
+
+def routeros_moved_ports(output: object, mark: str = "sparkctl: moving ") -> list[str]:
+    """The ports the fabric script took out of another bridge, as it said so during `/import`."""
+    return [line.strip()[len(mark):] for line in _lines(output)
+            if line.strip().startswith(mark)]
+
+
 class FilterModule:
     def filters(self) -> dict[str, object]:
         return {
@@ -132,4 +196,9 @@ class FilterModule:
             "sparkctl_unified_diff": unified_diff,
             "sparkctl_nvue_last_applied": nvue_last_applied,
             "sparkctl_nvue_revisions": nvue_revisions,
+            "sparkctl_routeros_revert_arm": routeros_revert_arm,
+            "sparkctl_routeros_revert_probe": routeros_revert_probe,
+            "sparkctl_routeros_revert_disarm": routeros_revert_disarm,
+            "sparkctl_routeros_revert_armed": routeros_revert_armed,
+            "sparkctl_routeros_moved_ports": routeros_moved_ports,
         }

@@ -19,11 +19,19 @@ set "qsfp56-dd-4-1" mtu=9216
 # One bridge, hardware-offloaded: a single L2 domain for the fabric subnets.
 /interface bridge
 :if ([:len [find name=sparkctl-fabric]] = 0) do={ add name=sparkctl-fabric protocol-mode=none comment="sparkctl RoCE fabric" }
+# A Spark port already in another bridge (the default one holds every port out of the box)
+# is moved out of it, never left there: that would join the fabric to the management LAN.
+# Each move is reported (`sparkctl: moving ...`); sparkctl applies this under a revert armed
+# on the switch, in case the port carried management.
 /interface bridge port
-:if ([:len [find interface="qsfp56-dd-1-1"]] = 0) do={ add bridge=sparkctl-fabric interface="qsfp56-dd-1-1" hw=yes }
-:if ([:len [find interface="qsfp56-dd-2-1"]] = 0) do={ add bridge=sparkctl-fabric interface="qsfp56-dd-2-1" hw=yes }
-:if ([:len [find interface="qsfp56-dd-3-1"]] = 0) do={ add bridge=sparkctl-fabric interface="qsfp56-dd-3-1" hw=yes }
-:if ([:len [find interface="qsfp56-dd-4-1"]] = 0) do={ add bridge=sparkctl-fabric interface="qsfp56-dd-4-1" hw=yes }
+:foreach p in=[find where interface="qsfp56-dd-1-1" and bridge!=sparkctl-fabric] do={ :put ("sparkctl: moving qsfp56-dd-1-1 out of bridge " . [get $p bridge]); remove $p }
+:if ([:len [find interface="qsfp56-dd-1-1" bridge=sparkctl-fabric]] = 0) do={ add bridge=sparkctl-fabric interface="qsfp56-dd-1-1" hw=yes }
+:foreach p in=[find where interface="qsfp56-dd-2-1" and bridge!=sparkctl-fabric] do={ :put ("sparkctl: moving qsfp56-dd-2-1 out of bridge " . [get $p bridge]); remove $p }
+:if ([:len [find interface="qsfp56-dd-2-1" bridge=sparkctl-fabric]] = 0) do={ add bridge=sparkctl-fabric interface="qsfp56-dd-2-1" hw=yes }
+:foreach p in=[find where interface="qsfp56-dd-3-1" and bridge!=sparkctl-fabric] do={ :put ("sparkctl: moving qsfp56-dd-3-1 out of bridge " . [get $p bridge]); remove $p }
+:if ([:len [find interface="qsfp56-dd-3-1" bridge=sparkctl-fabric]] = 0) do={ add bridge=sparkctl-fabric interface="qsfp56-dd-3-1" hw=yes }
+:foreach p in=[find where interface="qsfp56-dd-4-1" and bridge!=sparkctl-fabric] do={ :put ("sparkctl: moving qsfp56-dd-4-1 out of bridge " . [get $p bridge]); remove $p }
+:if ([:len [find interface="qsfp56-dd-4-1" bridge=sparkctl-fabric]] = 0) do={ add bridge=sparkctl-fabric interface="qsfp56-dd-4-1" hw=yes }
 /interface bridge settings
 set use-ip-firewall=no
 

@@ -27,6 +27,7 @@ import httpx
 import typer
 
 from sparkctl import ui
+from sparkctl.ansible import plan
 from sparkctl.cli import State, common
 from sparkctl.cli.cluster import load_cluster
 from sparkctl.cli.serving import start_group, stop_group
@@ -69,7 +70,8 @@ def _actions(ctx: typer.Context, cluster: Cluster, doc: dict[str, Any], fleet: F
         canary=lambda: supervisor.canary(cluster, http, api_key),
         stop=stop,
         start=start,
-        notify=lambda record: supervisor.notify(cluster.supervisor, record, cluster.name, http),
+        notify=lambda record: supervisor.notify(cluster.supervisor, record, cluster.name, http,
+                                                secret_env=plan.secret_env_names(cluster)),
         sleep=lambda seconds: _sleep(seconds),
     )
 

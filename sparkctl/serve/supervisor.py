@@ -20,14 +20,16 @@ bounded by a circuit breaker, and never while the admin paused healing with `spa
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from sparkctl.model import secretenv
 from sparkctl.render.rank import api_url, served_model_name
 from sparkctl.serve import events
 from sparkctl.serve.events import BreakerState, Event, EventLog
@@ -227,15 +229,25 @@ def canary(cluster: Cluster, http: httpx.Client, api_key: str | None,
     return True, f"{tokens or 'some'} tokens in {time.monotonic() - started:.2f} s"
 
 
-def notify(sup: Any, record: Mapping[str, Any], cluster_name: str, http: httpx.Client) -> list[str]:
-    """Tell the inventory's hook (``notify_command``: no shell, the event JSON on stdin;
-    ``notify_webhook``: POSTed). Returns what failed, without the webhook's URL (it may hold a token)."""
+def hook_environment(secret_env: Iterable[str]) -> dict[str, str]:
+    """This process's environment less the declared secret variables (the API key's, the Hugging
+    Face token's: ``ansible.plan.secret_env_names``) and the runner's secrets fd: what a
+    notification hook runs with."""
+    withheld = {*secret_env, secretenv.SECRETS_FD_ENV}
+    return {k: v for k, v in os.environ.items() if k not in withheld}
+
+
+def notify(sup: Any, record: Mapping[str, Any], cluster_name: str, http: httpx.Client, *,
+           secret_env: Iterable[str] = ()) -> list[str]:
+    """Tell the inventory's hook (``notify_command``: no shell, the event JSON on stdin, an
+    environment without the ``secret_env`` variables; ``notify_webhook``: POSTed). Returns what
+    failed, without the webhook's URL (it may hold a token)."""
     payload = json.dumps({"cluster": cluster_name, **record})
     failed = []
     if sup.notify_command:
         try:
             proc = subprocess.run(list(sup.notify_command), input=payload, text=True, capture_output=True,
-                                  timeout=30, check=False)
+                                  timeout=30, check=False, env=hook_environment(secret_env))
             if proc.returncode != 0:
                 failed.append(f"notify_command exited {proc.returncode}")
         except (OSError, subprocess.TimeoutExpired) as exc:

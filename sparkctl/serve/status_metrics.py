@@ -12,11 +12,14 @@ themselves, since one file holds the whole cluster.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, generate_latest, write_to_textfile
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from sparkctl.serve import thermals
@@ -167,6 +170,20 @@ def exposition(cluster: Cluster, snap: Snapshot) -> str:
     return text
 
 
+TEXTFILE_MODE = 0o644  # node_exporter's textfile collector runs as its own user and must read it
+
+
 def write_textfile(path: Path, cluster: Cluster, snap: Snapshot) -> None:
-    """Write the exposition to ``path`` atomically (a temporary file renamed over it)."""
-    write_to_textfile(str(path), registry(cluster, snap))
+    """Write the exposition to ``path`` atomically (a temporary file, not ``*.prom`` so the textfile
+    collector never reads it half written, renamed over it), mode 0644 whatever the umask."""
+    data = generate_latest(registry(cluster, snap))
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            os.fchmod(fh.fileno(), TEXTFILE_MODE)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

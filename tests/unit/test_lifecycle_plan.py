@@ -106,7 +106,7 @@ def test_the_first_preflight_of_upgrade_does_not_compare_identities() -> None:
 def test_upgrade_role_is_honest_in_check_mode() -> None:
     tasks = yaml.safe_load((REPO / "roles/spark_upgrade/tasks/main.yml").read_text())
     by_name = {t["name"]: t for t in tasks}
-    assert by_name["Run the firmware and driver commands"]["when"] == "not ansible_check_mode"
+    assert "not ansible_check_mode" in by_name["Run the firmware and driver commands"]["when"]
     assert "not ansible_check_mode" in by_name["Reboot the node and wait for SSH"]["when"]
     assert by_name["Report the reboot a real run would do (check mode)"]["changed_when"] is True
     # readers run for real in check mode (they change nothing), so the report says what would move

@@ -107,6 +107,9 @@ class FakeRouterOS:
         if m := re.fullmatch(r"/system backup save name=(\S+) dont-encrypt=yes", cmd):
             self.backups[m.group(1) + ".backup"] = self._config()
             return "Configuration backup saved"
+        if cmd == "/interface bridge port print terse without-paging":
+            return "\n".join(f" {i}   interface={port} bridge={bridge} hw=yes"
+                             for i, (port, bridge) in enumerate(self.bridge_ports.items()))
         if cmd == "/system resource print":
             return "uptime: 1m\nversion: 7.23.1 (stable)"
         if re.fullmatch(r"/export terse file=\S+", cmd):

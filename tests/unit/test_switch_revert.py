@@ -73,6 +73,17 @@ def test_a_port_in_the_default_bridge_is_moved_and_said(rsc: str) -> None:
     assert filters.routeros_moved_ports(again) == [] and filters.routeros_import_errors(again) == []
 
 
+def test_ports_in_another_bridge_are_found_before_the_apply(rsc: str) -> None:
+    listing = ("Flags: I - INACTIVE\n"
+               " 0   interface=ether1 bridge=bridge priority=0x80\n"
+               ' 1 I interface=qsfp56-dd-1-1 bridge=bridge priority=0x80 comment="x y"\n'
+               ' 2   interface="qsfp56-dd-2-1" bridge=sparkctl-fabric\n'
+               ' 3   interface=qsfp56-dd-3-1 bridge="lan 2"\n')
+    assert filters.routeros_foreign_bridge_ports(listing, rsc) == [
+        "qsfp56-dd-1-1 (in bridge)", "qsfp56-dd-3-1 (in lan 2)"]
+    assert filters.routeros_foreign_bridge_ports("", rsc) == []
+
+
 def test_the_moved_port_line_is_no_error_and_its_echo_is_no_move() -> None:
     answer = ['/interface bridge port\n:foreach p in=[find where interface="x" and bridge!=sparkctl-fabric] '
               'do={ :put ("sparkctl: moving x out of bridge " . [get $p bridge]); remove $p }\n'
@@ -318,7 +329,7 @@ class Walker:
 
     def apply(self) -> None:
         block = _apply_block()
-        start = [t["name"] for t in block].index("Clear a revert left armed by an earlier run")
+        start = [t["name"] for t in block].index("Read which bridge holds each port")
         end = [t["name"] for t in block].index("Import under a revert armed on the switch")
         self.tasks(block[start:end + 1])
 
@@ -338,6 +349,9 @@ def test_a_good_apply_proves_a_new_login_then_disarms(rsc: str) -> None:
     assert trace.index("Arm the revert on the switch") < trace.index("Import the script") < trace.index(
         "Log in anew and find the revert still waiting") < trace.index("Disarm the revert")
     assert "Report the fabric ports moved out of another bridge" in trace
+    # said before anything changed (also what `switch diff` shows), and again once moved
+    said = trace.index("Say which fabric ports leave another bridge")
+    assert said < trace.index("Arm the revert on the switch")
     assert BACKUP + ".backup" in fake.backups and fake.backups[BACKUP + ".backup"]["scheduler"] == {}
     fake.advance(3600)
     assert fake.reboots == 0  # nothing left to fire

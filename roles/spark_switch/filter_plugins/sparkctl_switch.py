@@ -187,6 +187,34 @@ def routeros_moved_ports(output: object, mark: str = "sparkctl: moving ") -> lis
             if line.strip().startswith(mark)]
 
 
+_MOVE = re.compile(r':foreach p in=\[find where interface=("(?:[^"\\]|\\.)*"|\S+) and bridge!=(\S+)\]')
+_VALUE = r'("(?:[^"\\]|\\.)*"|\S+)'
+
+
+def _unquote(text: str) -> str:
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return re.sub(r"\\(.)", r"\1", text[1:-1])
+    return text
+
+
+def routeros_foreign_bridge_ports(listing: object, script: object) -> list[str]:
+    """Fabric ports that a `/interface bridge port print terse` answer shows in another bridge than
+    the fabric's, as "<port> (in <bridge>)": the ports the rendered ``script`` will move. The ports
+    and the fabric bridge are read from the script's own move lines (rendered once, in
+    sparkctl.render.switch), not named a second time here."""
+    moves = {_unquote(m.group(1)): m.group(2) for m in _MOVE.finditer("\n".join(_lines(script)))}
+    found = []
+    for line in _lines(listing):
+        port = re.search(r"\binterface=" + _VALUE, line)
+        bridge = re.search(r"\bbridge=" + _VALUE, line)
+        if not port or not bridge:
+            continue
+        name, holder = _unquote(port.group(1)), _unquote(bridge.group(1))
+        if name in moves and holder != moves[name]:
+            found.append(f"{name} (in {holder})")
+    return found
+
+
 class FilterModule:
     def filters(self) -> dict[str, object]:
         return {
@@ -201,4 +229,5 @@ class FilterModule:
             "sparkctl_routeros_revert_disarm": routeros_revert_disarm,
             "sparkctl_routeros_revert_armed": routeros_revert_armed,
             "sparkctl_routeros_moved_ports": routeros_moved_ports,
+            "sparkctl_routeros_foreign_bridge_ports": routeros_foreign_bridge_ports,
         }

@@ -24,7 +24,12 @@ SECRET_FIELD = re.compile(
 # written while another key was in use): an API key set as an argument or a config line, a bearer
 # token, a Hugging Face token.
 _SHAPES = (
-    (re.compile(r"(?i)(authorization:\s*bearer\s+)\S+"), r"\1" + REDACTED),
+    # an Authorization header's credentials, as a header line, JSON or a Python dict repr
+    # ('authorization': 'Bearer ...', b'...' included), with or without its scheme word
+    (re.compile(r"(?i)(authorization(?:\\?[\"'])?\s*[:=]\s*(?:b?\\?[\"'])?(?:(?:bearer|basic|token)\s+)?)"
+                r"(?!(?:null|true|false|none)\b)[^\"'\\\s,{}\[\]<]+"), r"\1" + REDACTED),
+    # a bearer token anywhere else (a header tuple ('authorization', 'Bearer ...'), a curl line)
+    (re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1" + REDACTED),
     # a value in clear: quoted, or a bare word that is not JSON/YAML syntax (null, an object, ...)
     # (quotes may come escaped, as in a file held inside a JSON document).
     (re.compile(r"(?i)((?:admin[_-])?api[_-]?key(?:\\?[\"'])?\s*[:=]\s*(?:\\?[\"'])?)"

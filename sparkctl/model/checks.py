@@ -599,12 +599,17 @@ def check_switch_port_names(d: Draft, p: Problems) -> None:
     pattern, what = SWITCH_PORT_NAMES[sw.type]
     for node, mapping in sw.ports.items():
         for netdev, port in mapping.items():
-            if not pattern.match(port):
+            field = f"switches.{sw.name}.sparkctl_switch_ports.{node}.{netdev}"
+            if any(ord(c) < 32 or ord(c) == 127 for c in port):
                 p.add(
-                    f"switches.{sw.name}.sparkctl_switch_ports.{node}.{netdev}",
-                    f"{port!r} is not {what}",
-                    "write the port's name exactly as the switch shows it",
+                    field,
+                    f"{port!r} contains a control character (a newline would end the switch's command "
+                    "there and run the rest as another)",
+                    "write the port's name on one line, exactly as the switch shows it",
                 )
+            elif not pattern.fullmatch(port):  # not match(): `$` would let a trailing newline through
+                p.add(field, f"{port!r} is not {what}",
+                      "write the port's name exactly as the switch shows it")
 
 
 def check_supervisor(d: Draft, p: Problems) -> None:

@@ -110,6 +110,17 @@ class FakeRouterOS:
         if cmd == "/interface bridge port print terse without-paging":
             return "\n".join(f" {i}   interface={port} bridge={bridge} hw=yes"
                              for i, (port, bridge) in enumerate(self.bridge_ports.items()))
+        if cmd == "/export terse show-sensitive=no":
+            return "\n".join(f"/interface bridge port add bridge={b} interface={p}"
+                             for p, b in self.bridge_ports.items())
+        if m := re.fullmatch(r':put \[/file get \[find name="([^"]+)"\] contents\]', cmd):
+            if m.group(1) not in self.files:
+                return "no such item"
+            return self.files[m.group(1)]
+        if m := re.fullmatch(r'/file remove \[find name~"\^([^"]+)"\]', cmd):
+            for name in [n for n in self.backups if n.startswith(m.group(1))]:
+                del self.backups[name]
+            return ""
         if cmd == "/system resource print":
             return "uptime: 1m\nversion: 7.23.1 (stable)"
         if re.fullmatch(r"/export terse file=\S+", cmd):

@@ -188,12 +188,21 @@ def _bool(value: Any) -> bool:
     return bool(value)
 
 
+class _Undefined(jinja2.ChainableUndefined):
+    """Like Ansible's: `.a.b[0]` of something undefined stays undefined (for `default`), but
+    rendering it fails."""
+
+    def __str__(self) -> str:
+        self._fail_with_undefined_error()
+        return ""
+
+
 class Walker:
     """Runs the role's tasks (the modules they use here) against a FakeRouterOS."""
 
     def __init__(self, fake: FakeRouterOS, rsc: str, **extra: Any) -> None:
         self.fake = fake
-        self.env = jinja2.Environment(undefined=jinja2.ChainableUndefined)
+        self.env = jinja2.Environment(undefined=_Undefined)
         self.env.filters.update(filters.FilterModule().filters())
         self.env.filters["bool"] = _bool
         self.env.tests["unreachable"] = lambda r: bool((r or {}).get("unreachable"))
@@ -202,11 +211,13 @@ class Walker:
         self.vars: dict[str, Any] = {
             "inventory_hostname": "crs812", "ansible_check_mode": False,
             "spark_switch_backup_name": BACKUP, "spark_switch_backups": [],
+            "spark_switch_backup_dir": "/state/switch-backups",
             "spark_switch_script_name": "sparkctl-fabric.rsc", "sparkctl_rendered": {"switch_config": rsc,
                                                                                       "ssh_port": 22},
             **{k: v for k, v in yaml.safe_load(
                 (REPO / "roles" / "spark_switch" / "defaults" / "main.yml").read_text()).items()
-               if k.startswith("spark_switch_revert_") or k == "spark_switch_reboot_timeout"},
+               if k.startswith("spark_switch_revert_") or k in ("spark_switch_reboot_timeout",
+                                                                 "spark_switch_backups_keep")},
             **extra,
         }
         self.trace: list[str] = []
@@ -215,7 +226,7 @@ class Walker:
         if isinstance(template, str):
             m = re.fullmatch(r"\s*\{\{(.*)\}\}\s*", template, re.S)
             if m and "{{" not in m.group(1):
-                return self.env.compile_expression(m.group(1))(**self.vars)
+                return self.env.compile_expression(m.group(1), undefined_to_none=False)(**self.vars)
             return self.env.from_string(template).render(**self.vars)
         if isinstance(template, list):
             return [self.value(t) for t in template]
@@ -253,6 +264,12 @@ class Walker:
             conditions = task.get("when", [])
             if not all(self.test(c) for c in (conditions if isinstance(conditions, list) else [conditions])):
                 result = {"skipped": True}
+            elif "loop" in task:
+                self.trace.append(task["name"])
+                result = {}
+                for item in self.value(task["loop"]):
+                    self.vars["item"] = item
+                    result = self.module(task)
             else:
                 self.trace.append(task["name"])
                 result = self.module(task)
@@ -293,6 +310,7 @@ class Walker:
             fake.reset_connection()
             return {}
         if "ansible.builtin.copy" in task:
+            str(self.value(task["ansible.builtin.copy"]["content"]))  # what it would write must render
             return {}
         if "ansible.netcommon.net_put" in task:
             dest = self.value(task["ansible.netcommon.net_put"]["dest"])
@@ -312,6 +330,8 @@ class Walker:
             fake.advance(int(args["timeout"]))
             return {"failed": True, "msg": "Timeout when waiting for the switch"}
         if "community.routeros.command" in task or "ansible.netcommon.cli_command" in task:
+            if self.vars["ansible_check_mode"] and task.get("check_mode") is not False:
+                return {"skipped": True}  # the module does not support check mode
             if "community.routeros.command" in task:
                 commands = self.value(task["community.routeros.command"]["commands"])
             else:
@@ -327,11 +347,13 @@ class Walker:
             return {"stdout": out}
         raise AssertionError(f"the walker does not run {task['name']}")
 
+    def diff(self) -> None:
+        """`switch diff`: the whole apply block in check mode."""
+        self.vars["ansible_check_mode"] = True
+        self.tasks(_apply_block())
+
     def apply(self) -> None:
-        block = _apply_block()
-        start = [t["name"] for t in block].index("Read which bridge holds each port")
-        end = [t["name"] for t in block].index("Import under a revert armed on the switch")
-        self.tasks(block[start:end + 1])
+        self.tasks(_apply_block())
 
 
 def _switch(rsc: str, **ports: str) -> tuple[FakeRouterOS, Walker]:
@@ -350,6 +372,7 @@ def test_a_good_apply_proves_a_new_login_then_disarms(rsc: str) -> None:
         "Log in anew and find the revert still waiting") < trace.index("Disarm the revert")
     assert "Report the fabric ports moved out of another bridge" in trace
     # said before anything changed (also what `switch diff` shows), and again once moved
+    assert trace.index("Disarm the revert") < trace.index("Report whether the switch changed")
     said = trace.index("Say which fabric ports leave another bridge")
     assert said < trace.index("Arm the revert on the switch")
     assert BACKUP + ".backup" in fake.backups and fake.backups[BACKUP + ".backup"]["scheduler"] == {}
@@ -369,6 +392,7 @@ def test_an_import_that_cuts_management_reverts_on_the_switch_by_itself(rsc: str
     assert fake.reboots == 1 and fake.management_works()
     assert fake.bridge_ports["ether1"] == "bridge" and fake.scheduler == {}
     assert f"reverted by itself to {BACKUP}" in str(failed.value)
+    assert not any(t.startswith("Remove backups beyond") for t in walk.trace)  # the backup it needs stays
     assert fake.log == [f"sparkctl: no new login confirmed the change; loading {BACKUP}.backup"]
 
 
@@ -400,3 +424,13 @@ def test_a_revert_that_cannot_arm_imports_nothing(rsc: str) -> None:
         walk.apply()
     assert "Import the script" not in walk.trace
     assert fake.bridge_ports["qsfp56-dd-2-1"] == "bridge" and fake.reboots == 0
+
+
+def test_switch_diff_reads_says_and_changes_nothing(rsc: str) -> None:
+    fake, walk = _switch(rsc, **{"qsfp56-dd-2-1": "bridge"})
+    before = dict(fake.bridge_ports)
+    walk.diff()
+    assert "Say which fabric ports leave another bridge" in walk.trace
+    assert "Show what would change against the script applied last time" in walk.trace
+    assert not any(t.startswith(("Arm", "Import", "Clear", "Save")) for t in walk.trace)
+    assert fake.bridge_ports == before and fake.scheduler == {} and fake.backups == {}

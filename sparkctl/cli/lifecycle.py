@@ -12,6 +12,12 @@ upgrade: load the inventory (exit 2 on problems, or when ``sparkctl_upgrade`` pi
          ``--check`` runs the playbook in check mode and stops there (nothing is stopped or started).
 reset:   load → ask (``--yes``) → playbooks/reset.yml → per-node summary. ``--purge-data`` also
          removes the checkpoint and the Engram shards; ``--check`` says what would go.
+
+Both run (after the question, check mode aside) inside ``serve.admin.lifecycle``, as `up` and `down`
+do: the lifecycle lock held and the supervisor's healing paused for the whole run (no restart, no
+autostart while nodes reboot or units go). `upgrade` resumes healing (breaker closed, restart count
+reset) only when its final gated `up` passed, else leaves it paused with the reason; `reset` leaves it
+paused (nothing to heal until `provision` and `up`).
 """
 
 from __future__ import annotations
@@ -28,11 +34,12 @@ from sparkctl.ansible import plan as planning
 from sparkctl.cli import common
 from sparkctl.cli.common import YesOption, confirm, run_with_table
 from sparkctl.cli.identity import identity_table
-from sparkctl.cli.serving import start_group
+from sparkctl.cli.serving import by_admin, start_group
 from sparkctl.cli.shell import PROVISION, example
 from sparkctl.cli.stage_view import summary_table
 from sparkctl.errors import EXIT_FAILED, SparkctlError
 from sparkctl.model import Cluster, load_inventory
+from sparkctl.serve import admin
 from sparkctl.stage.summaries import node_summaries
 
 
@@ -73,9 +80,21 @@ def upgrade(
     state = ctx.obj
     cluster = load_inventory(state.inventory_dir())
     plan = planning.for_upgrade(cluster, check=check)
-    if not check:
-        confirm(f"`upgrade` stops every rank of {cluster.name} and updates (and may reboot) "
-                f"{len(cluster.nodes)} nodes one at a time", yes)
+    if check:
+        _upgrade(ctx, cluster, plan, check)
+        return
+    confirm(f"`upgrade` stops every rank of {cluster.name} and updates (and may reboot) "
+            f"{len(cluster.nodes)} nodes one at a time", yes)
+    with by_admin(state, cluster.name, "upgrade", healing_after=admin.RESUMED,
+                  healing_on_failure=admin.PAUSED):
+        _upgrade(ctx, cluster, plan, check)
+        verify_staged(ctx, cluster)
+        start_group(ctx.obj, common.tools(), yes=True)  # inside the admin's lifecycle: as `sparkctl up`
+
+
+def _upgrade(ctx: typer.Context, cluster: Cluster, plan: planning.Plan, check: bool) -> None:
+    """The rolling playbook and its tables; raises on the first node that fails."""
+    state = ctx.obj
     verb = "upgrade (check mode)" if check else "upgrade"
     result = run_with_table(ctx, plan, f"{verb} · {cluster.name}", _nodes(cluster))
     run = outcome.rolling(result, _nodes(cluster))
@@ -107,8 +126,6 @@ def upgrade(
         return
     if not state.json:
         ui.console.print(f"{ui.OK} every node upgraded and agreeing; verifying the staged files")
-    verify_staged(ctx, cluster)
-    start_group(ctx.obj, common.tools(), yes=True)
 
 
 def verify_staged(ctx: typer.Context, cluster: Cluster) -> None:
@@ -151,7 +168,14 @@ def reset(
         confirm(f"`reset` stops every rank of {cluster.name} and removes everything sparkctl put on its "
                 f"{len(cluster.nodes)} nodes {data}", yes)
     verb = "reset (check mode)" if check else "reset"
-    result = run_with_table(ctx, plan, f"{verb} · {cluster.name}", _nodes(cluster))
+    if check:
+        result = run_with_table(ctx, plan, f"{verb} · {cluster.name}", _nodes(cluster))
+    else:
+        why = ("`sparkctl reset` removed the ranks; nothing to heal until `sparkctl provision` and "
+               "`sparkctl up`")
+        with by_admin(state, cluster.name, "reset", healing_after=admin.PAUSED,
+                      healing_on_failure=admin.PAUSED, paused_why=why):
+            result = run_with_table(ctx, plan, f"{verb} · {cluster.name}", _nodes(cluster))
     if state.json:
         ui.print_json({**result.as_dict(), "purge_data": purge_data, "check": check})
     if not result.ok:

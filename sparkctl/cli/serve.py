@@ -26,12 +26,12 @@ from rich.live import Live
 from sparkctl import ui
 from sparkctl.cli import common
 from sparkctl.cli.cluster import cluster_summary
-from sparkctl.cli.serving import render_status, start_group, stop_group
+from sparkctl.cli.serving import by_admin, render_status, start_group, stop_group
 from sparkctl.cli.shell import OBSERVE, SERVE, complete_rank, example
 from sparkctl.errors import EXIT_FAILED, EXIT_UNHEALTHY, InputError, SparkctlError
 from sparkctl.model import load_inventory
-from sparkctl.serve import bootwatch, verdict
-from sparkctl.serve.admin import by_admin, note_supervisor
+from sparkctl.serve import admin, bootwatch, verdict
+from sparkctl.serve.admin import note_supervisor
 from sparkctl.serve.bundle import build_bundle
 from sparkctl.serve.logs import show_logs
 from sparkctl.serve.tools import api_key_or_none
@@ -191,13 +191,17 @@ def bundle(
 
 
 def _by_admin(verb: str, command: Any) -> Any:
-    """`up` or `down` typed by a person (``serve.admin.by_admin``: `down` pauses the supervisor's
-    healing, `up` resumes it and closes the breaker; both wait while it restarts the group)."""
+    """`up` or `down` typed by a person, inside ``serve.admin.lifecycle`` (the lifecycle lock, healing
+    paused while it runs): a successful `up` resumes healing, closes the breaker and resets the
+    supervisor's restart count; an `up` refused, declined or failed leaves them as they were; `down`
+    leaves healing paused until the next `up`."""
+    after = admin.RESUMED if verb == "up" else admin.PAUSED
+    failure = admin.AS_BEFORE if verb == "up" else admin.PAUSED
 
     @functools.wraps(command)
     def wrapped(ctx: typer.Context, *args: Any, **kwargs: Any) -> Any:
         name = load_inventory(ctx.obj.inventory_dir()).name
-        with by_admin(name, verb, on_wait=lambda who: ui.err_console.print(f"waiting for {who}")):
+        with by_admin(ctx.obj, name, verb, healing_after=after, healing_on_failure=failure):
             return command(ctx, *args, **kwargs)
 
     return wrapped

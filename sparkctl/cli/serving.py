@@ -1,6 +1,7 @@
 """How the serving verbs look on a terminal: the status, phase and preflight tables, the ``Output``
 that `up` and `down` report through, and `up`/`down` run and printed — the same for the commands,
-the supervisor (`sparkctl watch`) and `upgrade`."""
+the supervisor (`sparkctl watch`) and `upgrade`; ``by_admin``: the admin's lifecycle commands (`up`,
+`down`, `upgrade`, `reset`) inside ``serve.admin.lifecycle``, its waiting and final healing printed."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from sparkctl.ansible.runner import RunnerEvent
 from sparkctl.cli.common import event_printer
 from sparkctl.model import load_inventory
 from sparkctl.render import plan_document
-from sparkctl.serve import bootwatch, preflight, verdict
+from sparkctl.serve import admin, bootwatch, preflight, verdict
 from sparkctl.serve.down import Down, DownResult
 from sparkctl.serve.guard import R4_MIN_MEM_AVAILABLE_GIB
 from sparkctl.serve.thermals import CRIT
@@ -143,6 +144,21 @@ class ConsoleOutput:
             return
         with Live(phase_table(state), console=ui.console, refresh_per_second=4) as live:
             yield lambda s: live.update(phase_table(s))
+
+
+# --- the admin's lifecycle commands ------------------------------------------------------------------
+
+
+def by_admin(state: Any, cluster_name: str, verb: str, *, healing_after: str,
+             healing_on_failure: str = admin.AS_BEFORE,
+             paused_why: str | None = None) -> contextlib.AbstractContextManager[admin.Turn]:
+    """``serve.admin.lifecycle`` for a command typed by a person (``state``: the global options):
+    who it waits for and the healing it leaves go to stderr (under --json) or stdout."""
+    out = ui.err_console if state.json else ui.console
+    return admin.lifecycle(cluster_name, verb, healing_after=healing_after,
+                           healing_on_failure=healing_on_failure, paused_why=paused_why,
+                           on_wait=lambda who: ui.err_console.print(f"waiting for {escape(who)}"),
+                           say=lambda note: out.print(escape(note)))
 
 
 # --- `up` and `down`, run and printed ----------------------------------------------------------------

@@ -8,9 +8,16 @@
   it is there the supervisor heals nothing (it never fights a human).
 * ``breaker.json``: the restarts counted in the breaker's window and, once it opened, why and since
   when. Kept on disk so a restarted supervisor still counts (no restart storm after a controller
-  reboot or a network loss). ``sparkctl up`` closes it.
-* ``lifecycle.lock``: held by whoever is starting or stopping the group (``up``, ``down``, the
-  supervisor's restart), so the supervisor never judges a group that is being started.
+  reboot or a network loss). ``sparkctl up`` closes it. The window is judged on the monotonic clock
+  (``restarts_mono`` with this boot's ``boot_id``; ``restarts`` in wall-clock seconds is what another
+  boot falls back on), so a clock step neither empties nor stretches it.
+* ``admin.json``: the admin's lifecycle commands, counted: ``generation`` goes up when one starts and
+  when it ends, with the verb and the healing it left (``resumed``/``paused``). The supervisor acts
+  only when the generation it probed under is still the current one, and forgets its restart count
+  when it sees a command that resumed healing.
+* ``lifecycle.lock``: held by whoever is starting, stopping, replacing or removing the ranks (``up``,
+  ``down``, ``upgrade``, ``reset``, the supervisor's restart), so the supervisor never judges a group
+  that is being started.
 * ``watch.lock``: held by the one running supervisor (a second one refuses).
 """
 
@@ -33,6 +40,7 @@ from sparkctl.ansible import content
 EVENTS = "events.jsonl"
 PAUSED = "paused"
 BREAKER = "breaker.json"
+ADMIN = "admin.json"
 LIFECYCLE_LOCK = "lifecycle.lock"
 WATCH_LOCK = "watch.lock"
 
@@ -159,6 +167,15 @@ def pause(cluster_name: str, why: str) -> None:
     _write_atomic(d / PAUSED, json.dumps({"since": now_iso(), "by": _user(), "why": why}) + "\n")
 
 
+def restore_pause(cluster_name: str, record: dict[str, Any] | None) -> None:
+    """Put the pause back as it was (``record`` from ``paused``; None: no pause)."""
+    if record is None:
+        resume(cluster_name)
+        return
+    d = _ensure(supervisor_dir(cluster_name))
+    _write_atomic(d / PAUSED, json.dumps(record) + "\n")
+
+
 def resume(cluster_name: str) -> bool:
     """Remove the pause; True when there was one."""
     try:
@@ -190,7 +207,8 @@ def _user() -> str:
 
 @dataclass
 class BreakerState:
-    """Restart times (epoch seconds) and, when open, since when and why."""
+    """Restart times (monotonic seconds of the supervisor's clock) and, when open, since when (wall
+    clock, epoch seconds: for people) and why."""
 
     restarts: list[float] = field(default_factory=list)
     open_since: float | None = None
@@ -203,24 +221,45 @@ class BreakerState:
     def in_window(self, now: float, window_s: float) -> list[float]:
         return [t for t in self.restarts if now - t < window_s]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"restarts": [round(t, 3) for t in self.restarts], "open_since": self.open_since,
+    def as_dict(self, mono: Callable[[], float] = time.monotonic,
+                wall: Callable[[], float] = time.time) -> dict[str, Any]:
+        offset = wall() - mono()  # a monotonic time as wall-clock seconds (for people, other boots)
+        return {"restarts": [round(t + offset, 3) for t in self.restarts],
+                "restarts_mono": [round(t, 3) for t in self.restarts], "boot_id": boot_id(),
+                "open_since": self.open_since,
                 "open_since_iso": now_iso(self.open_since) if self.open_since is not None else None,
                 "why": self.why}
 
 
-def load_breaker(cluster_name: str) -> BreakerState:
+def boot_id() -> str | None:
+    """This boot of the controller (the monotonic clock starts again at each one)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def load_breaker(cluster_name: str, mono: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> BreakerState:
+    """The breaker on disk, its restarts on the monotonic clock (``mono``): as saved within this
+    boot, else moved over from their wall-clock times."""
     try:
         data = json.loads((supervisor_dir(cluster_name) / BREAKER).read_text())
-        return BreakerState([float(t) for t in data.get("restarts") or []],
-                            data.get("open_since"), data.get("why"))
+        same_boot = data.get("boot_id") is not None and data.get("boot_id") == boot_id()
+        if same_boot and isinstance(data.get("restarts_mono"), list):
+            restarts = [float(t) for t in data["restarts_mono"]]
+        else:
+            offset = wall() - mono()
+            restarts = [float(t) - offset for t in data.get("restarts") or []]
+        return BreakerState(restarts, data.get("open_since"), data.get("why"))
     except (FileNotFoundError, ValueError, TypeError, AttributeError):
         return BreakerState()
 
 
-def save_breaker(cluster_name: str, state: BreakerState) -> None:
+def save_breaker(cluster_name: str, state: BreakerState, mono: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
     d = _ensure(supervisor_dir(cluster_name))
-    _write_atomic(d / BREAKER, json.dumps(state.as_dict(), indent=1) + "\n")
+    _write_atomic(d / BREAKER, json.dumps(state.as_dict(mono, wall), indent=1) + "\n")
 
 
 def close_breaker(cluster_name: str) -> bool:
@@ -228,6 +267,34 @@ def close_breaker(cluster_name: str) -> bool:
     was_open = load_breaker(cluster_name).is_open
     (supervisor_dir(cluster_name) / BREAKER).unlink(missing_ok=True)
     return was_open
+
+
+# --- the admin's lifecycle commands, counted ------------------------------------------------------
+
+
+def admin_record(cluster_name: str) -> dict[str, Any]:
+    """The last admin lifecycle command: ``generation`` (0: none yet), ``verb``, ``state``
+    (``running``, or the healing it left: ``resumed``/``paused``/``as-before``), ``at``."""
+    try:
+        data = json.loads((supervisor_dir(cluster_name) / ADMIN).read_text())
+    except (FileNotFoundError, ValueError):
+        return {"generation": 0}
+    if not isinstance(data, dict) or not isinstance(data.get("generation"), int):
+        return {"generation": 0}
+    return data
+
+
+def generation(cluster_name: str) -> int:
+    return int(admin_record(cluster_name)["generation"])
+
+
+def bump_generation(cluster_name: str, verb: str, state: str) -> int:
+    """Count one step of an admin lifecycle command (call it holding the lifecycle lock)."""
+    d = _ensure(supervisor_dir(cluster_name))
+    gen = generation(cluster_name) + 1
+    _write_atomic(d / ADMIN, json.dumps({"generation": gen, "verb": verb, "state": state, "at": now_iso(),
+                                         "by": _user()}) + "\n")
+    return gen
 
 
 def supervisor_notes(cluster_name: str) -> dict[str, Any]:
@@ -303,3 +370,22 @@ def lifecycle_busy(cluster_name: str) -> str | None:
 def single_watch(cluster_name: str) -> contextlib.AbstractContextManager[None]:
     """Held by the running supervisor; a second one gets ``Busy`` naming the first."""
     return _flock(supervisor_dir(cluster_name) / WATCH_LOCK, "sparkctl watch", wait=False)
+
+
+@contextlib.contextmanager
+def supervisor_turn(cluster_name: str, who: str, probed_generation: int) -> Iterator[str | None]:
+    """The supervisor's way into the lifecycle: the lock without waiting (``Busy`` when an admin
+    command or another start holds it), then the reason it must not act, or None: the admin paused
+    healing, or an admin command ran since the probe it decided on (its ``up`` may have just brought
+    the group up; its ``down`` stopped it on purpose)."""
+    with lifecycle(cluster_name, who, wait=False):
+        pause = paused(cluster_name)
+        if pause is not None:
+            yield f"healing is paused ({pause.get('why') or 'by the admin'})"
+            return
+        record = admin_record(cluster_name)
+        if record["generation"] != probed_generation:
+            yield (f"`sparkctl {record.get('verb') or '?'}` ran since the probe "
+                   f"({record.get('state') or '?'} at {record.get('at') or '?'})")
+            return
+        yield None

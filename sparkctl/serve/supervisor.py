@@ -7,13 +7,18 @@ bounded by a circuit breaker, and never while the admin paused healing with `spa
 
 * ``observe``: what one probe (``verdict.snapshot``, the one `status` takes) and the canary say.
 * ``Brain.decide``: pure decision logic, the clock passed in (unit-tested with fakes):
-  a rank unit that exited, a node that stopped answering SSH while the others answer (a dead
-  rank: the rest of the group is stopped at once, the restart waits for the node), MemAvailable
+  a rank unit that exited, a node that stopped answering SSH while the others answer and the canary
+  fails too (a dead rank: the rest of the group is stopped at once, the restart waits for the node;
+  a probe that times out on a node while the canary completes is not acted on), MemAvailable
   under the profile's floor, or ``canary_failures`` failed canaries in a row → restart; a group
   that is entirely down waits for `up`, or with autostart comes up once every node answers again
   after being unreachable (or when the supervisor itself starts, i.e. at boot).
-* ``Supervisor``: the loop; the probe, the canary, stopping and starting the group are callables
-  (the CLI wires `down`'s and `up`'s own code paths in), so the loop runs against fakes in tests.
+* ``Supervisor``: the loop; the probe, the canary, stopping and starting the group and both clocks
+  are callables (the CLI wires `down`'s and `up`'s own code paths in), so the loop runs against
+  fakes in tests. It paces itself and judges the breaker's window on the monotonic clock (the wall
+  clock only stamps events), and acts only through ``events.supervisor_turn``: the lifecycle lock
+  taken without waiting, healing not paused, no admin command (``up``, ``down``, ``upgrade``,
+  ``reset``) since the probe it decided on. An admin command that resumed healing resets its count.
 * ``canary``, ``notify``: the tiny completion that must produce tokens; the notification hook.
 """
 
@@ -75,8 +80,15 @@ def observe(snap: Snapshot, canary: tuple[bool, str] | None, floor_gib: float) -
 
 
 def all_running(snap: Snapshot) -> bool:
-    """Whether every rank unit runs (the canary is only worth trying then)."""
+    """Whether every rank unit runs."""
     return all(f.reachable and f.active == "active" for f in snap.nodes.values())
+
+
+def canary_worth_trying(snap: Snapshot) -> bool:
+    """Every rank unit that the probe saw runs (a node whose probe failed or timed out is not seen):
+    the canary is what confirms, or not, that such a node is really gone."""
+    seen = [f for f in snap.nodes.values() if f.reachable and not f.error]
+    return bool(seen) and all(f.active == "active" for f in seen)
 
 
 # --- the decision -----------------------------------------------------------------------------
@@ -119,12 +131,22 @@ class Brain:
     def paused(self, why: str) -> Decision:
         self.canary_misses, self.node_misses, self.retry = 0, {}, None
         self.armed = False
-        return self._once(Decision("paused", f"healing paused by the admin's `sparkctl down` ({why})"))
+        return self._once(Decision("paused", f"healing paused by the admin ({why})"))
 
     def busy(self, holder: str) -> Decision:
         return self._once(Decision("busy", f"the group is being started or stopped: {holder}"))
 
-    def decide(self, obs: Observation, now: float) -> Decision:
+    def forget(self) -> int:
+        """The admin's `up` (or a successful `upgrade`) resumed healing: restarts, misses and a
+        pending retry start from nothing. Returns how many restarts were counted."""
+        counted = len(self.breaker.restarts)
+        self.breaker = BreakerState()
+        self.canary_misses, self.node_misses, self.retry, self._last = 0, {}, None, None
+        return counted
+
+    def decide(self, obs: Observation, now: float, wall: float | None = None) -> Decision:
+        """``now``: monotonic seconds (the breaker's window); ``wall``: epoch seconds (when it
+        opened, for people; ``now`` when not given)."""
         if self.breaker.is_open:
             return self._once(Decision("breaker-open", self.breaker.why or "open", NONE))
         nodes = sorted(obs.nodes.values(), key=lambda v: v.rank)
@@ -141,6 +163,13 @@ class Brain:
                 self.node_misses[v.name] = self.node_misses.get(v.name, 0) + 1
             worst = max(gone, key=lambda v: self.node_misses[v.name])
             misses = self.node_misses[worst.name]
+            if obs.canary is not None and obs.canary[0]:
+                # The probe could not see the node, but a real completion went through every rank:
+                # the group serves. One witness saying unhealthy is not enough to stop it.
+                self.canary_misses = 0
+                return Decision("probe-miss", f"{worst.name} (rank {worst.rank}) did not answer the probe "
+                                f"({worst.error}; {misses} in a row) but the canary completed "
+                                f"({obs.canary[1]}): serving, not acting", NONE, worst.name, log=misses == 1)
             if misses < self.failures:
                 why = f"{worst.name} (rank {worst.rank}) did not answer ({worst.error})"
                 why += f"; {misses}/{self.failures}"
@@ -158,21 +187,23 @@ class Brain:
         if exited:
             v = exited[0]
             result = f", result {v.result}" if v.result not in ("", "success") else ""
-            return self._restart(Decision("unit-exited", f"rank {v.rank} unit {v.state}{result} while "
-                                          f"{len(running)} of {len(nodes)} ranks run", RESTART, v.name), now)
+            exited_d = Decision("unit-exited", f"rank {v.rank} unit {v.state}{result} while "
+                                f"{len(running)} of {len(nodes)} ranks run", RESTART, v.name)
+            return self._restart(exited_d, now, wall)
         if not running:
             if self.retry:
-                return self._restart(Decision("retry", self.retry, RESTART), now)
+                return self._restart(Decision("retry", self.retry, RESTART), now, wall)
             if self.armed:
                 return self._restart(Decision("autostart", f"all {len(nodes)} nodes answer and no rank runs",
-                                              START), now)
+                                              START), now, wall)
             return self._once(Decision("down", "no rank runs; waiting for `sparkctl up` (autostart is off)"))
         low = [(v, v.mem_available) for v in nodes
                if v.mem_available is not None and v.mem_available < obs.floor_bytes]
         if low:
             v, mem = low[0]
-            return self._restart(Decision("memory", f"MemAvailable {mem / GIB:.2f} GiB under the "
-                                          f"floor {obs.floor_bytes / GIB:.2f} GiB", RESTART, v.name), now)
+            low_d = Decision("memory", f"MemAvailable {mem / GIB:.2f} GiB under the "
+                             f"floor {obs.floor_bytes / GIB:.2f} GiB", RESTART, v.name)
+            return self._restart(low_d, now, wall)
         if obs.canary is None:
             return self._once(Decision("starting", "ranks running, not all active yet"))
         ok, detail = obs.canary
@@ -184,16 +215,16 @@ class Brain:
             return Decision("canary-miss", f"canary failed {self.canary_misses}/{self.failures}: {detail}",
                             NONE, None, log=True)
         why = f"canary failed {self.canary_misses} times in a row: {detail}"
-        return self._restart(Decision("canary", why, RESTART), now)
+        return self._restart(Decision("canary", why, RESTART), now, wall)
 
-    def _restart(self, d: Decision, now: float) -> Decision:
+    def _restart(self, d: Decision, now: float, wall: float | None) -> Decision:
         """A restart (or a start) unless the breaker's window already holds max_restarts of them."""
         recent = self.breaker.in_window(now, self.window_s)
         self.breaker.restarts = recent
         if len(recent) >= self.max_restarts:
             why = (f"{len(recent)} restarts within {self.window_s:g} s, then {d.kind}"
                    f"{' on ' + d.node if d.node else ''}: {d.evidence}")
-            self.breaker.open_since, self.breaker.why = now, why
+            self.breaker.open_since, self.breaker.why = (now if wall is None else wall), why
             self._last = None
             return Decision(d.kind, d.evidence, OPEN, d.node)
         self.breaker.restarts.append(now)
@@ -276,7 +307,8 @@ class Actions:
     start: Callable[[], str]  # preflight + the gated up; returns a summary, raises on failure
     notify: Callable[[Mapping[str, Any]], list[str]]
     sleep: Callable[[float], None] = time.sleep
-    clock: Callable[[], float] = time.time
+    clock: Callable[[], float] = time.monotonic  # pacing, durations, the breaker's window
+    wall: Callable[[], float] = time.time  # event timestamps, when the breaker opened (for people)
 
 
 class Supervisor:
@@ -289,27 +321,53 @@ class Supervisor:
         self.log = EventLog(cluster_name)
         self.on_event = on_event or (lambda record: None)
         self.brain = Brain(settings.max_restarts, settings.window_s, settings.canary_failures, autostart,
-                           events.load_breaker(cluster_name))
+                           self._load_breaker())
+        # The admin's lifecycle commands seen so far: an action decided under an older count is void.
+        self.generation = events.generation(cluster_name)
+
+    def _load_breaker(self) -> BreakerState:
+        return events.load_breaker(self.name, self.act.clock, self.act.wall)
+
+    def _save_breaker(self) -> None:
+        events.save_breaker(self.name, self.brain.breaker, self.act.clock, self.act.wall)
 
     def event(self, kind: str, evidence: str, action: str = NONE, node: str | None = None,
               seconds: float | None = None) -> dict[str, Any]:
-        at = events.now_iso(self.act.clock())
+        at = events.now_iso(self.act.wall())
         record = self.log.append(Event(kind, evidence, action, node, seconds, at))
         self.on_event(record)
         return record
 
+    def see_admin(self) -> None:
+        """Catch up with the admin's lifecycle commands: one that resumed healing (`up`, a
+        successful `upgrade`) leaves a group the admin vouched for, so the count starts again."""
+        record = events.admin_record(self.name)
+        if record["generation"] == self.generation:
+            return
+        self.generation = record["generation"]
+        if record.get("state") != "resumed":
+            return
+        pending = self.brain.retry
+        counted = self.brain.forget()
+        self.brain.breaker = self._load_breaker()  # closed by the admin (or open again since)
+        if counted or pending:
+            self.event("admin-seen", f"`sparkctl {record.get('verb')}` resumed healing: "
+                       f"{counted} restart(s) in the window forgotten"
+                       + (f", no retry owed ({pending})" if pending else ""))
+
     def tick(self) -> Decision:
         """One probe and what follows from it."""
         name = self.name
+        self.see_admin()
         pause = events.paused(name)
         if pause is not None:
-            d = self.brain.paused(str(pause.get("since", "")))
+            d = self.brain.paused(str(pause.get("why") or pause.get("since") or ""))
         elif (holder := events.lifecycle_busy(name)) is not None:
             d = self.brain.busy(holder)
         else:
             snap = self.act.snapshot()
-            tried = self.act.canary() if all_running(snap) else None
-            d = self.brain.decide(observe(snap, tried, self.floor_gib), self.act.clock())
+            tried = self.act.canary() if canary_worth_trying(snap) else None
+            d = self.brain.decide(observe(snap, tried, self.floor_gib), self.act.clock(), self.act.wall())
         if d.log:
             self.event(d.kind, d.evidence, d.action, d.node)
         if d.action == OPEN:
@@ -319,8 +377,8 @@ class Supervisor:
         return d
 
     def run(self, stop: Callable[[], bool], service: bool = False) -> int:
-        """Probe every interval until ``stop()``. The breaker open: 3 in the foreground; as a
-        service, wait (quietly) until the admin's `up` closes it."""
+        """Probe every interval (monotonic) until ``stop()``. The breaker open: 3 in the foreground;
+        as a service, wait (quietly) until the admin's `up` closes it."""
         self.event("watch", f"supervising {self.name} every {self.settings.interval_s:g} s"
                    f"{' (autostart on)' if self.brain.autostart else ''}")
         while not stop():
@@ -328,7 +386,7 @@ class Supervisor:
             if self.brain.breaker.is_open:
                 if not service:
                     return 3
-                fresh = events.load_breaker(self.name)
+                fresh = self._load_breaker()
                 if not fresh.is_open:
                     self.brain.breaker = fresh
                     self.brain.retry = None
@@ -337,15 +395,22 @@ class Supervisor:
                 self.tick()
                 if self.brain.breaker.is_open and not service:
                     return 3
-            self.act.sleep(max(0.0, self.settings.interval_s - (self.act.clock() - started)))
+            elapsed = self.act.clock() - started
+            self.act.sleep(min(self.settings.interval_s, max(0.0, self.settings.interval_s - elapsed)))
         return 0
+
+    def _not_acting(self, d: Decision, why: str) -> None:
+        if d.action in (RESTART, START) and self.brain.breaker.restarts:
+            self.brain.breaker.restarts.pop()  # not done: it does not count
+        self.event("busy", f"not acting on {d.kind}: {why}")
 
     def _act(self, d: Decision) -> None:
         try:
-            with events.lifecycle(self.name, f"sparkctl watch ({d.kind})", wait=False):
-                if events.paused(self.name) is not None:  # the admin's `down` came first
+            with events.supervisor_turn(self.name, f"sparkctl watch ({d.kind})", self.generation) as refused:
+                if refused is not None:
+                    self._not_acting(d, refused)
                     return
-                events.save_breaker(self.name, self.brain.breaker)
+                self._save_breaker()
                 if d.action in (RESTART, START):
                     self._tell(self.event("restart" if d.action == RESTART else "autostart",
                                           f"{d.kind}: {d.evidence}", d.action, d.node))
@@ -373,21 +438,31 @@ class Supervisor:
                 self.brain.retry, self.brain.armed = None, False
                 self.event("up", summary, "start", None, self.act.clock() - t0)
         except events.Busy as exc:
-            if d.action in (RESTART, START) and self.brain.breaker.restarts:
-                self.brain.breaker.restarts.pop()  # not done: it does not count
-            self.event("busy", f"not acting on {d.kind}: the group is being started or stopped: {exc.holder}")
+            self._not_acting(d, f"the group is being started or stopped: {exc.holder}")
 
     def _open_breaker(self, d: Decision) -> None:
-        events.save_breaker(self.name, self.brain.breaker)
-        self._tell(self.event("breaker-open", self.brain.breaker.why or d.evidence, "stay-down", d.node))
-        t0 = self.act.clock()
+        """Open the breaker and stop the group, unless an admin command holds the lifecycle or ran
+        since the probe (its `up` may just have brought the group up): then nothing is stopped and
+        the breaker stays closed; the next probe judges the group the admin left."""
+        why = self.brain.breaker.why or d.evidence
         try:
-            with events.lifecycle(self.name, "sparkctl watch (breaker open)", wait=True):
-                summary = self.act.stop()
-            self.event("down", summary, "stop", None, self.act.clock() - t0)
-        except Exception as exc:
-            self.event("down", f"stopping the group failed: {_what(exc)}; run `sparkctl down`", "stop", None,
-                       self.act.clock() - t0)
+            turn = events.supervisor_turn(self.name, "sparkctl watch (breaker open)", self.generation)
+            with turn as refused:
+                if refused is None:
+                    self._save_breaker()
+                    self._tell(self.event("breaker-open", why, "stay-down", d.node))
+                    t0 = self.act.clock()
+                    try:
+                        summary = self.act.stop()
+                        self.event("down", summary, "stop", None, self.act.clock() - t0)
+                    except Exception as exc:
+                        self.event("down", f"stopping the group failed: {_what(exc)}; run `sparkctl down`",
+                                   "stop", None, self.act.clock() - t0)
+                    return
+        except events.Busy as exc:
+            refused = f"the group is being started or stopped: {exc.holder}"
+        self.brain.breaker.open_since, self.brain.breaker.why = None, None
+        self.event("busy", f"not opening the circuit breaker ({why}): {refused}")
 
     def _tell(self, record: Mapping[str, Any]) -> None:
         for problem in self.act.notify(record):

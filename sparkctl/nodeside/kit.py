@@ -54,7 +54,8 @@ def _own(name):
 def list_files(root):
     """Relative POSIX paths of the kit's regular files, sorted (no .git, no staging metadata).
 
-    Symbolic links are not followed and not listed: a kit is a tree of regular files.
+    Symbolic links are not followed and not listed: a kit is a tree of regular files (:func:`tree`
+    refuses a kit holding one, :func:`verify_tree` reports one in a staged copy, see :func:`strays`).
     """
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -70,6 +71,36 @@ def list_files(root):
     return sorted(out)
 
 
+def strays(root):
+    """What is in the directory ``root`` besides the kit's tree and staging's own files:
+    ``(partials, links)`` — relative paths of ``*.partial`` entries (left by an interrupted copy)
+    and of symbolic links (``(rel, target)``; a kit holds regular files only), sorted."""
+    partials, links = [], []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+
+        def rel(name, rel_dir=rel_dir):
+            return name if rel_dir == "." else (rel_dir + "/" + name).replace(os.sep, "/")
+
+        keep = []
+        for name in sorted(dirnames):
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                links.append((rel(name), os.readlink(path)))
+            elif name.endswith(PARTIAL):
+                partials.append(rel(name))
+            elif name not in EXCLUDED_DIRS and not _own(name):
+                keep.append(name)
+        dirnames[:] = keep
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if os.path.islink(path):
+                links.append((rel(name), os.readlink(path)))
+            elif name.endswith(PARTIAL):
+                partials.append(rel(name))
+    return sorted(partials), sorted(links)
+
+
 def digest_of(entries):
     """The tree digest of ``[{"path", "sha256"}, …]`` (any order)."""
     h = hashlib.sha256()
@@ -79,9 +110,20 @@ def digest_of(entries):
 
 
 def tree(root):
-    """``(tree_sha256, [{"path", "size", "sha256"}, …])`` of the directory ``root``."""
+    """``(tree_sha256, [{"path", "size", "sha256"}, …])`` of the directory ``root``.
+
+    A symbolic link in the kit is refused (KitError naming each): a kit is staged as regular files,
+    so the link would be missing on the nodes while the engine may need it.
+    """
     if not os.path.isdir(root):
         raise KitError(root + ": no such directory")
+    links = strays(root)[1]
+    if links:
+        shown = ", ".join(f"{rel} -> {target}" for rel, target in links[:10])
+        more = f" (and {len(links) - 10} more)" if len(links) > 10 else ""
+        raise KitError(f"{root}: the kit holds {len(links)} symbolic link(s): {shown}{more}; a kit is "
+                       "staged as regular files only, so they would be missing on the nodes — replace "
+                       "each link by the file it points to, or remove it")
     files = []
     for rel in list_files(root):
         path = os.path.join(root, rel)
@@ -186,7 +228,8 @@ def check_overlays(root, manifest_rel, overlay_source, overlays):
 
 def verify_tree(root, expected):
     """Full check of a staged copy: every file of the file manifest ``expected`` present with its
-    SHA-256, and no other file (an extra file would be mounted into the container too)."""
+    SHA-256, and no other file — nor a stray ``.partial`` or a symbolic link (anything extra would
+    be mounted into the container too)."""
     if not os.path.isdir(root):
         return [problem(root, "kit version not staged on this node")]
     problems = []
@@ -202,6 +245,13 @@ def verify_tree(root, expected):
     for rel in list_files(root):
         if rel not in want:
             problems.append(problem(rel, "not part of the kit", None, file_sha256(os.path.join(root, rel))))
+    partials, links = strays(root)
+    for rel in partials:
+        problems.append(problem(rel, "left by an interrupted copy (.partial): not part of the kit, "
+                                     "but mounted into the container with it"))
+    for rel, target in links:
+        problems.append(problem(rel, f"symbolic link to {target} that the kit does not hold "
+                                     "(a kit is regular files only)"))
     return problems
 
 

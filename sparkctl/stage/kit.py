@@ -12,6 +12,9 @@ manifest's overlays against the profile's list — before a byte moves to a node
   have. The tree is exported with ``git archive`` into ``<cache>/trees/<commit>``.
 * dir — the directory itself is the tree (``.git`` inside it is ignored).
 * tar — extracted (regular files and directories only) into ``<cache>/trees/tree-<16 hex>``.
+
+A symbolic link in any of them is refused, named: the kit is staged as regular files, and a link
+dropped on the way would leave the engine without a file it may need.
 """
 
 from __future__ import annotations
@@ -123,7 +126,9 @@ def export(repo: str, commit: str, dest: str) -> bool:
 
 
 def _extract(archive: str, dest: str) -> None:
-    """Regular files and directories of a tar (anything else, or a path leaving ``dest``, refused)."""
+    """Regular files, hard links and directories of a tar (a symbolic link, anything else, or a path
+    leaving ``dest``, refused)."""
+    links: list[str] = []
     try:
         with tarfile.open(archive) as tf:
             for member in tf.getmembers():
@@ -132,11 +137,19 @@ def _extract(archive: str, dest: str) -> None:
                     continue
                 if os.path.isabs(member.name) or name.startswith(".."):
                     raise KitSourceError(f"{archive}: {member.name!r} leaves the kit directory")
-                if member.issym() or member.islnk():
-                    continue  # a kit is a tree of regular files (the tree digest ignores links too)
-                if not (member.isfile() or member.isdir()):
+                if member.issym():  # never dropped silently: the engine may need it
+                    links.append(f"{member.name} -> {member.linkname}")
+                elif not (member.isfile() or member.isdir() or member.islnk()):
                     raise KitSourceError(f"{archive}: {member.name!r} is not a regular file or directory")
-            members = [m for m in tf.getmembers() if m.isfile() or m.isdir()]
+            if links:
+                raise KitSourceError(
+                    f"{archive}: the kit holds {len(links)} symbolic link(s): {', '.join(links[:10])}"
+                    f"{f' (and {len(links) - 10} more)' if len(links) > 10 else ''}; a kit is staged as "
+                    "regular files only, so they would be missing on the nodes — replace each link by "
+                    "the file it points to, or remove it"
+                )
+            # A hard link is the same bytes under a second name: extracted as a regular file.
+            members = [m for m in tf.getmembers() if m.isfile() or m.isdir() or m.islnk()]
             if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 / 3.12
                 tf.extractall(dest, members=members, filter="data")
             else:  # every member was checked above

@@ -35,14 +35,13 @@ def test_tree_digest_is_sha256sum_of_the_sorted_file_list(tmp_path: Path) -> Non
     (root / ".git" / "HEAD").write_text("ref: x\n")
     (root / ".sparkctl-manifest.json").write_text("{}")
     (root / "adapter" / "x.partial").write_text("half")
-    os.symlink("adapter", root / "link")
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*")
-                   if p.is_file() and not p.is_symlink() and ".git" not in p.parts
+                   if p.is_file() and ".git" not in p.parts
                    and not p.name.startswith(".sparkctl-") and not p.name.endswith(".partial"))
     text = "".join(f"{sha((root / f).read_bytes())}  {f}\n" for f in files)
     digest, entries = nk.tree(root)
     assert digest == sha(text.encode()) == nk.tree_digest(root)
-    assert [e["path"] for e in entries] == files and "link" not in files
+    assert [e["path"] for e in entries] == files
     assert nk.version_of("dir", None, digest) == "tree-" + digest[:16]
     with pytest.raises(nk.KitError, match="not a full 40-hex commit"):
         nk.version_of("git", "main", digest)
@@ -215,6 +214,53 @@ def test_tree_digest_pin_refuses_another_tree(repo: Path, tmp_path: Path) -> Non
     commit = git(repo, "rev-parse", "HEAD")
     with pytest.raises(sk.KitSourceError, match=f"differs from sparkctl_kit.sha256 {'a' * 64}"):
         prepare(repo, tmp_path / "cache", commit, sha256="a" * 64)
+
+
+def test_verify_tree_reports_stray_partials_and_symbolic_links(tmp_path: Path) -> None:
+    """What the container would mount besides the kit: a .partial left by an interrupted copy, a
+    symbolic link (to a file, a directory, or out of the kit) — each one a named problem."""
+    root = write_kit(tmp_path / "k")
+    digest, files = nk.tree(root)
+    expected = nk.file_manifest(digest, files, {"source": "dir"})
+    (root / "adapter" / "sitecustomize.py.partial").write_text("half a file")
+    (root / "weights.partial").mkdir()
+    os.symlink("/etc/passwd", root / "adapter" / "passwd")
+    os.symlink("adapter", root / "adapter-link")
+    (root / ".sparkctl-stage.lock").write_text("1 2 spark-1\n")  # staging's own file: not a problem
+    got = {p["path"]: p["problem"] for p in nk.verify_tree(str(root), expected)}
+    assert got == {
+        "adapter/sitecustomize.py.partial": "left by an interrupted copy (.partial): not part of the kit, "
+                                            "but mounted into the container with it",
+        "weights.partial": "left by an interrupted copy (.partial): not part of the kit, "
+                           "but mounted into the container with it",
+        "adapter/passwd": "symbolic link to /etc/passwd that the kit does not hold "
+                          "(a kit is regular files only)",
+        "adapter-link": "symbolic link to adapter that the kit does not hold (a kit is regular files only)",
+    }
+    store_check = nk.staged_check(str(tmp_path), "k", expected)
+    assert store_check["count"] == 5  # the four above, and `current` pointing nowhere
+
+
+def test_a_kit_with_a_symbolic_link_is_refused_naming_it(tmp_path: Path) -> None:
+    """A link is never dropped on the way to the nodes: a dir or tar kit holding one is refused."""
+    root = write_kit(tmp_path / "k")
+    os.symlink("sitecustomize.py", root / "adapter" / "usercustomize.py")
+    with pytest.raises(nk.KitError, match=r"the kit holds 1 symbolic link\(s\): "
+                                          r"adapter/usercustomize\.py -> sitecustomize\.py; .* replace each"):
+        sk.prepare("dir", str(tmp_path / "cache"), path=str(root), overlays=list(OVERLAYS))
+    with tarfile.open(tmp_path / "k.tar", "w") as tf:
+        tf.add(root, arcname=".")
+    with pytest.raises(sk.KitSourceError, match=r"k\.tar: the kit holds 1 symbolic link\(s\): "
+                                                r"\./adapter/usercustomize\.py -> sitecustomize\.py"):
+        sk.prepare("tar", str(tmp_path / "cache"), path=str(tmp_path / "k.tar"), overlays=list(OVERLAYS))
+    # A hard link is the same bytes under a second name: kept, as a regular file.
+    (root / "adapter" / "usercustomize.py").unlink()
+    os.link(root / "adapter" / "sitecustomize.py", root / "adapter" / "usercustomize.py")
+    with tarfile.open(tmp_path / "h.tar", "w") as tf:
+        tf.add(root, arcname=".")
+    t = sk.prepare("tar", str(tmp_path / "cache"), path=str(tmp_path / "h.tar"), overlays=list(OVERLAYS))
+    assert "adapter/usercustomize.py" in [f["path"] for f in t["manifest"]["files"]]
+    assert (Path(t["dir"]) / "adapter" / "usercustomize.py").read_text() == "# adapter\n"
 
 
 def test_dir_and_tar_kits_are_versioned_by_their_tree(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -103,7 +104,7 @@ def unit_for(cluster: Cluster, user: str | None = None) -> str:
     directory and home, this directory. ``user``: the account named by ``--user``."""
     account = unit_account(user)
     home = Path(account.pw_dir)
-    check_not_writable_by_others(account, _code_paths(cluster))
+    check_not_writable_by_others(account, _code_paths(cluster), flat=_environment_dirs())
     return render_unit(cluster.name, Path(cluster.inventory_dir).absolute(), sys.executable,
                        content.state_dir(home).absolute(), account.pw_name, Path.cwd(),
                        os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE"),
@@ -147,13 +148,20 @@ def _group_name(gid: int) -> str:
 
 
 def _code_paths(cluster: Cluster) -> list[Path]:
-    """What the unit runs: the interpreter (as named and as resolved), its environment, the sparkctl
-    package and the content root (playbooks, roles, plugins), and the inventory."""
+    """What the unit runs: the interpreter (as named and as resolved), the sparkctl package and the
+    content root (playbooks, roles, plugins), and the inventory; each checked with what is under it."""
     package = Path(__file__).resolve().parents[1]
     root = content.root()
     ansible = [root / name for name in ("ansible.cfg", "playbooks", "roles", "plugins", "collections")]
-    return [Path(sys.executable), Path(sys.executable).resolve(), Path(sys.prefix), package,
+    return [Path(sys.executable), Path(sys.executable).resolve(), package,
             *(p for p in ansible if p.exists()), Path(cluster.inventory_dir).absolute()]
+
+
+def _environment_dirs() -> list[Path]:
+    """The interpreter's environment: its prefix, scripts and site-packages directories (one file
+    there, a ``.pth`` say, runs at every start), checked themselves, not every package under them."""
+    paths = sysconfig.get_paths()
+    return [Path(sys.prefix), *(Path(paths[k]) for k in ("scripts", "purelib", "platlib") if k in paths)]
 
 
 def _trusted_group(gid: int, account: pwd.struct_passwd) -> bool:
@@ -187,14 +195,17 @@ def _writers(path: Path, account: pwd.struct_passwd, *, ancestor: bool) -> str |
     return None
 
 
-def check_not_writable_by_others(account: pwd.struct_passwd, paths: list[Path]) -> None:
+def check_not_writable_by_others(account: pwd.struct_passwd, paths: list[Path],
+                                flat: list[Path] | None = None) -> None:
     """Refuse a unit whose code another account could change: each path, the directories above it,
-    and (for a directory) the sparkctl files under it, writable by ``account`` and root only."""
+    and (for a directory of ``paths``; not of ``flat``) the files under it, writable by ``account``
+    and root only."""
     problems: list[str] = []
     seen: set[Path] = set()
-    for path in paths:
+    walked = set(paths)
+    for path in [*paths, *(flat or [])]:
         candidates = [path, *path.parents]
-        if path.is_dir() and not path.is_symlink() and path != Path(sys.prefix):
+        if path in walked and path.is_dir() and not path.is_symlink():
             for base, dirs, files in os.walk(path):
                 dirs[:] = [d for d in dirs if d not in ("__pycache__", ".git", ".venv", ".venv-sglang")]
                 candidates += [Path(base, name) for name in (*dirs, *files)]

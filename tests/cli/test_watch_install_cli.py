@@ -154,3 +154,17 @@ def test_code_another_account_can_change_is_refused(
         assert f"{hosts} (owned by uid {ADMIN_UID + 7})" in exc.value.message
         os.chown(hosts, owner, -1)
     assert run_cli("-i", str(site.inventory), "watch", "--print-unit").code == EXIT_OK
+
+
+def test_a_site_packages_directory_others_can_write_is_refused(tmp_path: Path) -> None:
+    """One file dropped into the interpreter's site-packages (a .pth) runs at every start."""
+    alice = _account("alice", os.getuid(), tmp_path)
+    site_packages = tmp_path / "venv" / "lib" / "site-packages"
+    site_packages.mkdir(parents=True)
+    (site_packages / "some_package.py").write_text("")
+    (site_packages / "some_package.py").chmod(0o666)  # what is under it is not walked ...
+    watchunit.check_not_writable_by_others(alice, [], flat=[site_packages])
+    site_packages.chmod(0o777)  # ... the directory itself is checked
+    with pytest.raises(InputError) as exc:
+        watchunit.check_not_writable_by_others(alice, [], flat=[site_packages])
+    assert f"{site_packages} (writable by every account)" in exc.value.message

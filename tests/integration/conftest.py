@@ -90,7 +90,7 @@ STREAMS = (
     ("test_image", "test_kit", "test_stage", "test_provision", "test_thermals_lab",
      "test_sim_by_hand", "test_serve", "test_up_fast", "test_monitoring_lab", "test_qa"),
     ("test_lab", "test_lab_docker", "test_lifecycle", "test_revert", "test_provision_fast",
-     "test_watch", "test_vault", "test_wheel_install"),
+     "test_watch", "test_watch_lifecycle", "test_vault", "test_wheel_install"),
 )  # fmt: skip
 MODULE_ORDER = tuple(name for stream in STREAMS for name in stream)
 

@@ -4,8 +4,9 @@
 
 * ``events.jsonl``: every decision, one JSON object a line — ``time`` (UTC, ISO 8601), ``kind``,
   ``node`` (or null), ``evidence``, ``action``, sometimes ``seconds``. ``sparkctl events`` shows it.
-* ``paused``: written by the admin's ``sparkctl down``, removed by the next ``sparkctl up``; while
-  it is there the supervisor heals nothing (it never fights a human).
+* ``paused``: written by the admin's ``sparkctl down`` (and ``reset``, a failed ``upgrade``, and
+  every admin lifecycle command while it runs: ``serve.admin.lifecycle``), removed by the next
+  successful ``sparkctl up``; while it is there the supervisor heals nothing (it never fights a human).
 * ``breaker.json``: the restarts counted in the breaker's window and, once it opened, why and since
   when. Kept on disk so a restarted supervisor still counts (no restart storm after a controller
   reboot or a network loss). ``sparkctl up`` closes it. The window is judged on the monotonic clock

@@ -24,6 +24,7 @@ import re
 import select
 import shutil
 import subprocess
+import tarfile
 import tempfile
 import time
 from typing import Any
@@ -449,6 +450,72 @@ def space_check(
     return report
 
 
+def archive_contents(node: str, archive: str, timeout: float = 7200) -> dict[str, Any]:
+    """What ``docker load`` would do with ``archive`` (a ``docker save`` tar, or one zstd-compressed),
+    read as a stream: ``{"images": [{"id", "tags"}], "bytes"}`` — each image's ID (its config digest)
+    and the tags its ``manifest.json`` gives it, and the uncompressed size of the whole tar."""
+    dec = None
+    src: Any = None
+    manifest, total = None, 0
+    try:
+        if archive.endswith(".zst"):
+            dec = subprocess.Popen(["zstd", "-dc", "-q", archive], stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL)
+            src = dec.stdout
+        else:
+            src = open(archive, "rb")  # noqa: SIM115  # closed in the finally below
+        with tarfile.open(fileobj=src, mode="r|") as tf:
+            for member in tf:
+                total += member.size
+                if member.name in ("manifest.json", "./manifest.json") and member.isfile():
+                    fh = tf.extractfile(member)
+                    manifest = json.loads(fh.read(1 << 20)) if fh is not None else None
+    except (tarfile.TarError, OSError, ValueError) as exc:
+        raise ImageError(f"{node}: {archive} is not a readable docker save archive ({exc}); nothing was "
+                         "loaded and the previous image stays") from None
+    finally:
+        if src is not None:
+            src.close()
+        if dec is not None:  # everything needed was read: the rest of the stream is not
+            dec.kill()
+            dec.wait(timeout)
+    if not isinstance(manifest, list) or not manifest:
+        raise ImageError(f"{node}: {archive} has no manifest.json naming its image; nothing was loaded")
+    images = []
+    for entry in manifest:
+        config = str((entry or {}).get("Config") or "")
+        digest = os.path.basename(config).removesuffix(".json")
+        images.append({"id": f"sha256:{digest}" if re.fullmatch(r"[0-9a-f]{64}", digest) else None,
+                       "tags": [str(t) for t in (entry.get("RepoTags") or [])]})
+    return {"images": images, "bytes": total}
+
+
+def check_archive(node: str, archive: str, ref: str, expected_id: str | None,
+                  contents: dict[str, Any]) -> None:
+    """Refuse an archive that ``docker load`` would use to retag other images on this node: it must
+    hold exactly one image, tagged exactly ``ref`` (for a digest reference: untagged, or under the
+    local tag :func:`sparkctl.nodeside.images.run_reference` gives it), and be ``expected_id`` when
+    one is known."""
+    images = contents["images"]
+    if is_digest_ref(ref):
+        allowed, wanted = {run_reference(ref)}, f"untagged or tagged {run_reference(ref)}"
+    else:
+        allowed, wanted = {ref}, f"tagged exactly {ref}"
+    tags = images[0]["tags"] if len(images) == 1 else []
+    if len(images) != 1 or any(t not in allowed for t in tags) or (not is_digest_ref(ref) and not tags):
+        named = "; ".join(f"{i['id'] or '?'} tagged {', '.join(i['tags']) or 'nothing'}" for i in images)
+        raise ImageError(
+            f"{node}: {archive} holds {len(images)} image(s) ({named}), not one image {wanted}: "
+            "docker load would move those tags off the images they name on this node; nothing was "
+            f"loaded — give an archive of exactly that image (docker save {ref} > file)"
+        )
+    if expected_id and images[0]["id"] and images[0]["id"] != expected_id:
+        raise ImageError(
+            f"{node}: {archive} holds {images[0]['id']}, not the expected {expected_id}; nothing was loaded "
+            "and the previous image stays"
+        )
+
+
 def load(
     node: str,
     archive: str,
@@ -461,14 +528,24 @@ def load(
 ) -> dict[str, Any]:
     """``zstd -dc <archive> | docker load`` (plain ``docker load`` for a .tar), then check the ID.
 
-    Refuses before loading when docker's data root lacks the room. A failed load leaves the
-    reference on the previous image: docker moves a tag only once the whole image is in.
+    Before loading, the archive is read through once (:func:`archive_contents`): it must hold
+    exactly the expected image under exactly ``ref`` (:func:`check_archive`: docker load moves
+    every tag an archive names, so another would retag images of this node), and docker's data
+    root must have the room for the load — the uncompressed tar, which docker unpacks in its own
+    temporary directory first, plus the layers (at least ``image_bytes``) plus the margin. A
+    failed load leaves the reference on the previous image: docker moves a tag only once the whole
+    image is in.
     """
+    contents = archive_contents(node, archive, timeout)
+    check_archive(node, archive, ref, expected_id, contents)
+    tar_bytes = int(contents["bytes"])
+    need = tar_bytes + max(image_bytes, tar_bytes)
     probe_path, _dev, free = free_bytes(data_root)
-    if image_bytes + margin > free:
+    if need + margin > free:
         raise ImageError(
             f"{node}: docker's data root {probe_path} has {_gib(free)} free; loading the image needs "
-            f"{_gib(image_bytes + margin)} ({_gib(image_bytes)} + {_gib(margin)} margin); nothing was "
+            f"{_gib(need + margin)} (the {_gib(tar_bytes)} uncompressed archive docker unpacks first, "
+            f"{_gib(max(image_bytes, tar_bytes))} of layers and {_gib(margin)} margin); nothing was "
             "loaded and the previous image stays — free space (docker image prune) and re-run"
         )
     before = node_image(ref, expected_id)

@@ -4,12 +4,14 @@ data root, a missing kit or base image), and the spark_image module run through 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -206,10 +208,43 @@ def test_load_puts_the_heads_image_in_and_checks_its_id(
     assert image.verify("spark-2", REF, HEAD_ID)["id"] == HEAD_ID
 
 
+class _Zeros:
+    def __init__(self, size: int):
+        self.left = size
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        self.left -= n
+        return bytes(n)
+
+
+def write_archive(path: Path, images_in: list[tuple[str, list[str]]], layer_bytes: int = 4096) -> Path:
+    """A `docker save` archive (.tar, or .tar.zst by its name) of ``[(image ID, RepoTags)]``."""
+    manifest = json.dumps([{"Config": f"blobs/sha256/{ident.split(':')[1]}", "RepoTags": tags,
+                            "Layers": [f"blobs/sha256/{'f' * 64}"]} for ident, tags in images_in]).encode()
+    zstd = None
+    if path.name.endswith(".zst"):
+        with path.open("wb") as out:
+            zstd = subprocess.Popen(["zstd", "-q", "-c"], stdin=subprocess.PIPE, stdout=out)
+        sink: Any = zstd.stdin
+    else:
+        sink = path.open("wb")
+    with sink, tarfile.open(fileobj=sink, mode="w|") as tf:
+        for name, data in (("manifest.json", manifest),):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        info = tarfile.TarInfo(f"blobs/sha256/{'f' * 64}")
+        info.size = layer_bytes
+        tf.addfile(info, _Zeros(layer_bytes))  # type: ignore[arg-type]
+    if zstd is not None:
+        assert zstd.wait(60) == 0
+    return path
+
+
 def test_load_refuses_a_full_data_root_and_keeps_the_previous_image(docker: Docker, tmp_path: Path) -> None:
     docker.add(OTHER_ID, REF)
-    archive = tmp_path / "image.tar"
-    archive.write_bytes(f"FAKEIMAGE {HEAD_ID} {REF}\n".encode())
+    archive = write_archive(tmp_path / "image.tar", [(HEAD_ID, [REF])])
     free = shutil.disk_usage(docker.root).free
     with pytest.raises(
         image.ImageError, match=r"spark-3: docker's data root .* free; loading the image needs"
@@ -218,22 +253,82 @@ def test_load_refuses_a_full_data_root_and_keeps_the_previous_image(docker: Dock
     assert image.inspect(REF) == {"id": OTHER_ID, "size": 4096}
 
 
+@needs_zstd
+def test_the_load_space_estimate_is_the_uncompressed_archive_and_its_layers(
+    docker: Docker, tmp_path: Path
+) -> None:
+    """A .tar.zst that unpacks to 64 MiB: docker writes the uncompressed tar under its data root and
+    then the layers — its compressed size (even x3) says nothing about that."""
+    docker.add(OTHER_ID, REF)
+    archive = write_archive(tmp_path / "image.tar.zst", [(HEAD_ID, [REF])], layer_bytes=64 << 20)
+    assert archive.stat().st_size < (1 << 20)
+    free = shutil.disk_usage(docker.root).free
+    with pytest.raises(
+        image.ImageError,
+        match=r"spark-2: docker's data root .* free; loading the image needs [\d.]+ GiB \(the 0.06 GiB "
+              r"uncompressed archive docker unpacks first, 0.06 GiB of layers and [\d.]+ GiB margin\)",
+    ):
+        image.load("spark-2", str(archive), REF, HEAD_ID, str(docker.root), archive.stat().st_size * 3,
+                   free - (96 << 20))
+    assert image.inspect(REF) == {"id": OTHER_ID, "size": 4096}
+
+
 def test_a_failed_load_names_the_node_and_keeps_the_previous_image(docker: Docker, tmp_path: Path) -> None:
     docker.add(OTHER_ID, REF)
     archive = tmp_path / "image.tar"
     archive.write_bytes(b"truncated")
-    with pytest.raises(image.ImageError, match=r"spark-1: docker load of .* failed .*unexpected EOF"):
+    with pytest.raises(image.ImageError, match=r"spark-1: .*image.tar is not a readable docker save archive"):
         image.load("spark-1", str(archive), REF, HEAD_ID, str(docker.root), 0, 0)
+    assert image.inspect(REF)["id"] == OTHER_ID  # type: ignore[index]
+    write_archive(archive, [(HEAD_ID, [REF])])
+    state = docker.read()
+    docker.write({**state, "down": True})
+    with pytest.raises(image.ImageError, match=r"spark-1: docker load of .* failed .*Cannot connect"):
+        image.load("spark-1", str(archive), REF, HEAD_ID, str(docker.root), 0, 0)
+    docker.write(state)
     assert image.inspect(REF)["id"] == OTHER_ID  # type: ignore[index]
 
 
-def test_an_archive_of_another_image_is_refused(docker: Docker, tmp_path: Path) -> None:
-    archive = tmp_path / "image.tar"
-    archive.write_bytes(f"FAKEIMAGE {OTHER_ID} {REF}\n".encode())
+def test_an_archive_of_another_image_is_refused_before_loading(docker: Docker, tmp_path: Path) -> None:
+    docker.add(OTHER_ID, "sparkctl-lab/engine:old")
+    archive = write_archive(tmp_path / "image.tar", [(OTHER_ID, [REF])])
+    before = docker.read()
     with pytest.raises(
-        image.ImageError, match=f"spark-1: after docker load, {REF} is {OTHER_ID}, not the expected"
+        image.ImageError, match=f"spark-1: .*image.tar holds {OTHER_ID}, not the expected {HEAD_ID}; nothing"
     ):
         image.load("spark-1", str(archive), REF, HEAD_ID, str(docker.root), 0, 0)
+    assert docker.read() == before
+
+
+def test_an_archive_that_would_retag_other_images_is_refused(docker: Docker, tmp_path: Path) -> None:
+    """docker load moves every tag the archive names: one that also tags another image of this node
+    (or holds a second image) would take that tag away from the image that has it now."""
+    docker.add(OTHER_ID, "registry.local/monitoring:stable")
+    before = docker.read()
+    archive = write_archive(tmp_path / "image.tar", [(HEAD_ID, [REF, "registry.local/monitoring:stable"])])
+    with pytest.raises(
+        image.ImageError,
+        match=rf"spark-0: .*image.tar holds 1 image\(s\) \({HEAD_ID} tagged {REF}, "
+              rf"registry.local/monitoring:stable\), not one image tagged exactly {REF}: docker load would "
+              r"move those tags off the images they name on this node; nothing was loaded",
+    ):
+        image.load("spark-0", str(archive), REF, HEAD_ID, str(docker.root), 0, 0)
+    two = write_archive(tmp_path / "two.tar",
+                        [(HEAD_ID, [REF]), (OTHER_ID, ["registry.local/monitoring:stable"])])
+    with pytest.raises(image.ImageError, match=r"holds 2 image\(s\)"):
+        image.load("spark-0", str(two), REF, HEAD_ID, str(docker.root), 0, 0)
+    assert docker.read() == before  # nothing loaded, no tag moved
+    # A digest reference: the archive may be untagged (or under its local run tag), nothing else.
+    digest_ref = "nvcr.io/x/sglang@sha256:" + "c" * 64
+    tagged = write_archive(tmp_path / "tagged.tar", [(HEAD_ID, ["nvcr.io/x/sglang:latest"])])
+    with pytest.raises(image.ImageError,
+                       match=r"not one image untagged or tagged nvcr.io/x/sglang:sparkctl-c{12}"):
+        image.load("spark-0", str(tagged), digest_ref, HEAD_ID, str(docker.root), 0, 0)
+    plain = write_archive(tmp_path / "plain.tar", [(HEAD_ID, [])])
+    res = image.load("spark-0", str(plain), digest_ref, HEAD_ID, str(docker.root), 0, 0)
+    assert res["image"]["id"] == HEAD_ID
+    assert image.inspect(images.run_reference(digest_ref))["id"] == HEAD_ID  # type: ignore[index]
+    assert image.inspect("registry.local/monitoring:stable")["id"] == OTHER_ID  # type: ignore[index]
 
 
 def test_space_check_names_the_node_and_the_filesystem(tmp_path: Path) -> None:

@@ -20,8 +20,11 @@ description:
     archive and the loaded layers (plus the margin), before any byte moves.
   - C(fanout) is this node's link of the staging chain (sparkctl/stage/transfer.py run_node) for
     the archive directory.
-  - C(load) checks the data root's free space, runs C(zstd -dc | docker load) and checks the ID;
-    a failure leaves the previous image in place.
+  - C(load) reads the archive through once and refuses one that is not exactly the expected image
+    under exactly C(ref) (docker load would move any other tag it names off the image that has it
+    on this node), checks the data root's free space against the uncompressed archive plus the
+    layers plus the margin, runs C(zstd -dc | docker load) and checks the ID; a failure leaves the
+    previous image in place.
   - C(verify) fails, naming this node, unless its image under C(ref) is C(expected_id); it changes
     nothing and also runs in check mode.
   - C(clean) removes archive directories of other images under C(<run_dir>/images).

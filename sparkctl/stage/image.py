@@ -29,7 +29,7 @@ import tempfile
 import time
 from typing import Any
 
-from ..nodeside.images import is_digest_ref, run_reference
+from ..nodeside.images import is_digest_ref, repository, run_reference
 from . import manifest as mf
 
 ARCHIVE = "image.tar.zst"
@@ -490,6 +490,16 @@ def archive_contents(node: str, archive: str, timeout: float = 7200) -> dict[str
     return {"images": images, "bytes": total}
 
 
+def _tag_name(ref: str) -> str:
+    """A tag reference as docker writes it in an archive's RepoTags (``docker.io/library/`` and
+    ``docker.io/`` dropped, ``:latest`` when no tag is given)."""
+    for prefix in ("docker.io/library/", "index.docker.io/library/", "docker.io/", "index.docker.io/"):
+        if ref.startswith(prefix):
+            ref = ref[len(prefix):]
+            break
+    return ref if ":" in ref.rsplit("/", 1)[-1] else ref + ":latest"
+
+
 def check_archive(node: str, archive: str, ref: str, expected_id: str | None,
                   contents: dict[str, Any]) -> None:
     """Refuse an archive that ``docker load`` would use to retag other images on this node: it must
@@ -498,11 +508,16 @@ def check_archive(node: str, archive: str, ref: str, expected_id: str | None,
     one is known."""
     images = contents["images"]
     if is_digest_ref(ref):
-        allowed, wanted = {run_reference(ref)}, f"untagged or tagged {run_reference(ref)}"
+        allowed = {_tag_name(run_reference(ref))}
+        named = ref.split("@", 1)[0]
+        if expected_id and named != repository(ref):  # name:tag@digest: its tag names the pinned ID
+            allowed.add(_tag_name(named))
+        wanted = f"untagged or tagged {' or '.join(sorted(allowed))}"
     else:
-        allowed, wanted = {ref}, f"tagged exactly {ref}"
+        allowed, wanted = {_tag_name(ref)}, f"tagged exactly {ref}"
     tags = images[0]["tags"] if len(images) == 1 else []
-    if len(images) != 1 or any(t not in allowed for t in tags) or (not is_digest_ref(ref) and not tags):
+    if (len(images) != 1 or any(_tag_name(t) not in allowed for t in tags)
+            or (not is_digest_ref(ref) and not tags)):
         named = "; ".join(f"{i['id'] or '?'} tagged {', '.join(i['tags']) or 'nothing'}" for i in images)
         raise ImageError(
             f"{node}: {archive} holds {len(images)} image(s) ({named}), not one image {wanted}: "

@@ -329,6 +329,14 @@ def test_an_archive_that_would_retag_other_images_is_refused(docker: Docker, tmp
     assert res["image"]["id"] == HEAD_ID
     assert image.inspect(images.run_reference(digest_ref))["id"] == HEAD_ID  # type: ignore[index]
     assert image.inspect("registry.local/monitoring:stable")["id"] == OTHER_ID  # type: ignore[index]
+    # name:tag@digest with the ID pinned: its own tag names that very image; docker's spelling of a
+    # reference (no docker.io/library/, :latest when untagged) is the same tag.
+    pinned_ref = "nvcr.io/x/sglang:v1@sha256:" + "c" * 64
+    own = write_archive(tmp_path / "own.tar", [(HEAD_ID, ["nvcr.io/x/sglang:v1"])])
+    loaded = image.load("spark-0", str(own), pinned_ref, HEAD_ID, str(docker.root), 0, 0)
+    assert loaded["image"]["id"] == HEAD_ID
+    hub = {"images": [{"id": HEAD_ID, "tags": ["nginx:latest"]}], "bytes": 0}
+    image.check_archive("spark-0", "hub.tar", "docker.io/library/nginx", HEAD_ID, hub)  # no refusal
 
 
 def test_space_check_names_the_node_and_the_filesystem(tmp_path: Path) -> None:

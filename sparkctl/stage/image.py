@@ -452,11 +452,12 @@ def space_check(
 
 def archive_contents(node: str, archive: str, timeout: float = 7200) -> dict[str, Any]:
     """What ``docker load`` would do with ``archive`` (a ``docker save`` tar, or one zstd-compressed),
-    read as a stream: ``{"images": [{"id", "tags"}], "bytes"}`` — each image's ID (its config digest)
-    and the tags its ``manifest.json`` gives it, and the uncompressed size of the whole tar."""
+    read as a stream: ``{"images": [{"id", "tags"}], "bytes", "ids"}`` — each image's ID (its config
+    digest) and the tags its ``manifest.json`` gives it, the uncompressed size of the whole tar, and
+    every ID docker may give the image (config digests, and the manifest digests of ``index.json``)."""
     dec = None
     src: Any = None
-    manifest, total = None, 0
+    manifest, index, total = None, None, 0
     try:
         if archive.endswith(".zst"):
             dec = subprocess.Popen(["zstd", "-dc", "-q", archive], stdout=subprocess.PIPE,
@@ -467,9 +468,13 @@ def archive_contents(node: str, archive: str, timeout: float = 7200) -> dict[str
         with tarfile.open(fileobj=src, mode="r|") as tf:
             for member in tf:
                 total += member.size
-                if member.name in ("manifest.json", "./manifest.json") and member.isfile():
+                if member.name.removeprefix("./") in ("manifest.json", "index.json") and member.isfile():
                     fh = tf.extractfile(member)
-                    manifest = json.loads(fh.read(1 << 20)) if fh is not None else None
+                    doc = json.loads(fh.read(1 << 20)) if fh is not None else None
+                    if member.name.endswith("manifest.json"):
+                        manifest = doc
+                    else:
+                        index = doc
     except (tarfile.TarError, OSError, ValueError) as exc:
         raise ImageError(f"{node}: {archive} is not a readable docker save archive ({exc}); nothing was "
                          "loaded and the previous image stays") from None
@@ -487,7 +492,10 @@ def archive_contents(node: str, archive: str, timeout: float = 7200) -> dict[str
         digest = os.path.basename(config).removesuffix(".json")
         images.append({"id": f"sha256:{digest}" if re.fullmatch(r"[0-9a-f]{64}", digest) else None,
                        "tags": [str(t) for t in (entry.get("RepoTags") or [])]})
-    return {"images": images, "bytes": total}
+    # The containerd image store names an image by its manifest (index) digest, which the OCI
+    # index.json lists, rather than by its config digest.
+    also = [str(m.get("digest")) for m in ((index or {}).get("manifests") or []) if isinstance(m, dict)]
+    return {"images": images, "bytes": total, "ids": sorted({i["id"] for i in images if i["id"]} | set(also))}
 
 
 def _tag_name(ref: str) -> str:
@@ -524,7 +532,8 @@ def check_archive(node: str, archive: str, ref: str, expected_id: str | None,
             "docker load would move those tags off the images they name on this node; nothing was "
             f"loaded — give an archive of exactly that image (docker save {ref} > file)"
         )
-    if expected_id and images[0]["id"] and images[0]["id"] != expected_id:
+    ids = contents.get("ids") or []
+    if expected_id and ids and expected_id not in ids:
         raise ImageError(
             f"{node}: {archive} holds {images[0]['id']}, not the expected {expected_id}; nothing was loaded "
             "and the previous image stays"

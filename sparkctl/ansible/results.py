@@ -28,7 +28,8 @@ SWITCH_MTUS = "sparkctl_switch_mtus"
 # playbooks/check_fabric.yml: per node the RDMA measurements (only where every node has RDMA devices).
 FABRIC_RDMA = "sparkctl_fabric_rdma"
 # playbooks/upgrade.yml: per upgraded node {before, after, installed, commands, rebooted, reboot_why,
-# skipped (it already matched the pins), check_mode, identity} (spark_upgrade's spark_upgrade_report and the identity it showed after the update).
+# skipped (it already matched the pins), check_mode, identity} (spark_upgrade's spark_upgrade_report
+# and the identity it showed after the update).
 UPGRADE = "sparkctl_upgrade"
 
 

@@ -260,8 +260,9 @@ def build(ref: str, context: str, dockerfile: str, node: str, timeout: float = 7
 # The saved archive is at most about the image's size (a plain tar of its layers; zstd only shrinks
 # it): the head needs that much, times this factor, plus the margin, free before `docker save`.
 SAVE_FACTOR = 1.1
-# A stage of the save pipe that sends no byte for this long is stopped (docker hung, a stuck disk).
-SAVE_STALL_S = 600.0
+# A save pipe that sends no byte for this long is stopped (docker hung, a stuck disk). Generous: an
+# older engine exports every layer to its own temporary directory before the first byte comes out.
+SAVE_STALL_S = 1800.0
 # After the stream ended, how long each stage may take to exit.
 EXIT_WAIT_S = 60.0
 

@@ -225,7 +225,10 @@ class Fleet:
                                "timeouts": {"connect": math.ceil(self.banner_timeout)}},
                 )
                 self._configs[files] = config
-        return config
+            # Each connection gets a copy of its own: invoke's Config rebuilds its merged view
+            # (briefly empty) on any write, so one connection's write must never be visible to
+            # another connection reading its configuration in another thread.
+            return config.clone()
 
     def _timeouts(self) -> dict[str, float]:
         # channel_timeout: opening the session channel, the same wait for sshd as the banner's
@@ -243,8 +246,11 @@ class Fleet:
         if jump and jump.lower() != "none":
             gateway = None
             for hop in jump.split(","):  # first hop dialled directly (or as its own config says)
+                # connect_kwargs of its own: without it fabric hands the hop the config's own dict,
+                # and _dial's socket would be written into the configuration
                 gateway = fabric.Connection(hop.strip(), config=config, gateway=gateway,
-                                            connect_timeout=math.ceil(self.banner_timeout))
+                                            connect_timeout=math.ceil(self.banner_timeout),
+                                            connect_kwargs=dict(self._timeouts()))
         elif lookup.get("proxycommand") and lookup["proxycommand"].lower() != "none":
             gateway = lookup["proxycommand"]
         keys = [str(k) for k in target.key_files if k.expanduser().exists()]

@@ -4,10 +4,12 @@ unreachable nodes, timeouts, concurrency and connection reuse."""
 from __future__ import annotations
 
 import socket
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import fabric
 import paramiko
 import pytest
 from support.sshd_fake import FakeSshd
@@ -338,3 +340,53 @@ def test_targets_from_cluster_and_ssh_config(tmp_path: Path) -> None:
     assert targets[1].proxy_jump == "ops@bastion" and targets[1].port == 2222
     cluster.ssh_user = "operator"
     assert all(t.sudo for t in targets_for(cluster))
+
+
+def test_connections_never_share_a_configuration_a_write_could_empty(
+        sshd: FakeSshd, bastion: FakeSshd) -> None:
+    """invoke's Config rebuilds its merged view, empty for a moment, on every write: a connection
+    (or a jump hop, whose connect_kwargs fabric would otherwise take from the config itself) that
+    shared it with others let one thread's write fail another's read ("No attribute or config key
+    found for 'connect_kwargs'", seen when the supervisor stopped the group)."""
+    targets = [_target(sshd, "a"), _target(sshd, "b"),
+               _target(sshd, "c", proxy_jump=f"tester@127.0.0.1:{bastion.port}")]
+    fleet = Fleet(targets)
+    try:
+        a, b, c = (fleet.connection(t) for t in targets)
+        assert a.config is not b.config and b.config is not c.config
+        hop = c.gateway
+        assert isinstance(hop, fabric.Connection)
+        assert type(hop.connect_kwargs) is dict  # its own, not a view into the configuration
+        hop.connect_kwargs["sock"] = object()
+        assert "sock" not in c.config.connect_kwargs and "sock" not in a.config.connect_kwargs
+    finally:
+        fleet.close()
+
+
+def test_connections_built_side_by_side_all_read_their_configuration(sshd: FakeSshd) -> None:
+    """fabric's Connection writes inline_ssh_env into its configuration as it is built; on a shared
+    configuration that write emptied the view other threads were reading their connect_kwargs from."""
+    import threading
+
+    fleet = Fleet([_target(sshd, f"n{i}") for i in range(4)])
+    errors: list[BaseException] = []
+
+    def build() -> None:
+        for _ in range(150):
+            try:
+                fleet.connection(_target(sshd, "x"))
+            except AttributeError as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=build) for _ in range(6)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns often, as on a loaded controller
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+        fleet.close()
+    assert not errors, errors[0]

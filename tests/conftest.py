@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 from collections.abc import Callable, Iterator
@@ -48,11 +49,18 @@ def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
 
     def run(*args: str) -> CliResult:
         capsys.readouterr()
+        # The command may export settings for its children (--vault-password-file sets
+        # ANSIBLE_VAULT_PASSWORD_FILE): in a process of its own they end with it; here they must
+        # not outlive the call and reach the tests after it in this worker.
+        saved = dict(os.environ)
         try:
             main(list(args))
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
         captured = capsys.readouterr()
         return CliResult(code, captured.out, captured.err)
 

@@ -110,3 +110,19 @@ def test_validate_says_when_sglangs_parser_did_not_run_and_strict_refuses(
     strict = run_cli("-i", str(EXAMPLE), "validate", "--strict")
     assert strict.code == EXIT_USAGE
     assert "--strict asks for it" in " ".join(strict.err.split())
+
+
+def test_an_in_process_command_leaves_the_environment_as_it_found_it(
+    run_cli: Any, tmp_path: Path, no_network: list[str]
+) -> None:
+    """`--vault-password-file` exports ANSIBLE_VAULT_PASSWORD_FILE for the command's children; run
+    in-process by a test it must not stay behind (a later test's ansible-vault then saw two vault
+    ids and refused with exit 5)."""
+    import os
+
+    pw = tmp_path / "pw"
+    pw.write_text("secret\n")
+    before = dict(os.environ)
+    res = run_cli("--vault-password-file", str(pw), "validate", "-i", str(EXAMPLE))
+    assert res.code == 0, res.out + res.err
+    assert dict(os.environ) == before

@@ -34,9 +34,17 @@ def _project(tmp: Path) -> Path:
     script.chmod(0o700)
     pw_file = tmp / "pw"
     pw_file.write_text(VAULT_PASS + "\n")
-    enc = subprocess.run([str(ANSIBLE_BIN / "ansible-vault"), "encrypt_string", "--vault-password-file",
-                          str(pw_file), "vaulted-value", "--name", "vaulted"],
-                         capture_output=True, text=True, check=True, timeout=60).stdout
+    # Only this password: a vault setting another test left in the worker's environment
+    # (ANSIBLE_VAULT_*) or an ansible.cfg in the working directory would add a second vault id,
+    # and encrypt_string then refuses to choose (exit 5).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    (tmp / "ansible.cfg").write_text("[defaults]\n")
+    proc = subprocess.run([str(ANSIBLE_BIN / "ansible-vault"), "encrypt_string", "--vault-password-file",
+                           str(pw_file), "vaulted-value", "--name", "vaulted"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp,
+                          env={**env, "ANSIBLE_CONFIG": str(tmp / "ansible.cfg")})
+    assert proc.returncode == 0, proc.stderr
+    enc = proc.stdout
     pw_file.unlink()
     (tmp / "playbooks").mkdir()
     env_facts = "".join(f"          {n}: \"{{{{ lookup('ansible.builtin.env', '{n}') }}}}\"\n" for n in KEPT)

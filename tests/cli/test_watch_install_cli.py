@@ -168,3 +168,30 @@ def test_a_site_packages_directory_others_can_write_is_refused(tmp_path: Path) -
     with pytest.raises(InputError) as exc:
         watchunit.check_not_writable_by_others(alice, [], flat=[site_packages])
     assert f"{site_packages} (writable by every account)" in exc.value.message
+
+
+def test_a_down_by_the_admin_pauses_the_installed_service(
+    run_cli: Any, site: Any, sudo: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unit written under sudo and the admin's own `down` share one state directory: the pause
+    the admin leaves is the one the service reads (with root's, the service never saw it)."""
+    from sparkctl.serve import events
+
+    res = run_cli("-i", str(site.inventory), "watch", "--print-unit")
+    assert res.code == EXIT_OK, res.err
+    service_env = dict(e.split("=", 1) for e in _directives(res.out)["Environment"])
+    # the admin, later, in a session of their own (no sudo, no state directory set)
+    monkeypatch.delenv("SUDO_USER")
+    monkeypatch.delenv("SPARKCTL_STATE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(sudo["admin_home"]))
+    for st in site.nodes.state.values():
+        st.unit = "active"
+    res = run_cli("-i", str(site.inventory), "down")
+    assert res.code == EXIT_OK, res.err
+    # the service, in the environment its unit gives it
+    monkeypatch.setenv("SPARKCTL_STATE_DIR", service_env["SPARKCTL_STATE_DIR"])
+    monkeypatch.setenv("HOME", service_env["HOME"])
+    assert events.paused(site.cluster.name) is not None
+    # and root's own state directory (what the unit named before) holds no such pause
+    monkeypatch.setenv("SPARKCTL_STATE_DIR", str(sudo["root_home"] / ".local" / "state" / "sparkctl"))
+    assert events.paused(site.cluster.name) is None

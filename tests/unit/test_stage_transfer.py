@@ -294,7 +294,7 @@ def test_a_live_holder_is_waited_for_then_refused_by_pid_and_never_stopped(tmp_p
                   rf"last beat \d+ s ago\); waited 1 s and left it alone .*kill {holder.pid}\)",
         ):
             tx.fence(str(root), wait_s=1, node="spark-1", log=logs.append)
-        assert 1 <= time.monotonic() - started < 5
+        assert 1 <= time.monotonic() - started < 30  # waited its 1 s, then gave up (not a hang)
         assert holder.poll() is None, "a live concurrent run is never stopped"
         assert logs == [f"spark-1: waiting up to 1 s for the run (pid {holder.pid}) holding {root}"]
     finally:

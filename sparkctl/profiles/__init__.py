@@ -93,6 +93,101 @@ class Memory(_Strict):
     disk_margin_gib: float = Field(8, ge=0, description="free NVMe kept beyond checkpoint and shards")
 
 
+# Names a marker's expected values may use, filled per rank from the rendered launch: the rank,
+# --tp-size, --ep-size and what follows from them (MoE tensor parallel = tp / ep, and where a rank
+# sits in it). ``${384 / ep}``: whole-number arithmetic (* and /, left to right) on these names.
+MARKER_VARS = ("rank", "tp", "ep", "moe_tp", "moe_rank", "ep_rank")
+_MARKER_REF = re.compile(r"\$\{([^}]*)\}")
+_MARKER_TERM = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*|\d+)\s*")
+
+
+def marker_vars(rank: int, tp: int, ep: int) -> dict[str, int]:
+    """The values a rank's marker expectations are filled with (``MARKER_VARS``)."""
+    ep = max(1, ep)
+    moe_tp = max(1, tp // ep)
+    return {"rank": rank, "tp": tp, "ep": ep, "moe_tp": moe_tp, "moe_rank": rank % moe_tp,
+            "ep_rank": rank // moe_tp}
+
+
+def _marker_expr(expr: str, values: Mapping[str, int]) -> int:
+    """``a * b / c`` over whole numbers and ``values``, left to right; a division must be exact."""
+    parts = re.split(r"([*/])", expr)
+    total: int | None = None
+    op = ""
+    for i, part in enumerate(parts):
+        if i % 2:
+            op = part
+            continue
+        m = _MARKER_TERM.fullmatch(part)
+        if m is None:
+            raise ValueError(f"${{{expr}}}: write names ({', '.join(MARKER_VARS)}) and whole numbers "
+                             "joined by * or /")
+        word = m.group(1)
+        if word.isdigit():
+            term = int(word)
+        elif word in values:
+            term = int(values[word])
+        else:
+            raise ValueError(f"${{{expr}}}: unknown name {word!r} (known: {', '.join(MARKER_VARS)})")
+        if total is None:
+            total = term
+        elif op == "*":
+            total *= term
+        elif term == 0 or total % term:
+            raise ValueError(f"${{{expr}}}: {total} / {term} is not a whole number with {_shown(values)}")
+        else:
+            total //= term
+    assert total is not None
+    return total
+
+
+def _shown(values: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={values[k]}" for k in ("tp", "ep") if k in values)
+
+
+def fill_marker_value(value: Any, values: Mapping[str, int]) -> Any:
+    """An expected value with its ``${...}`` filled: a string that is one placeholder becomes the
+    number, lists and mappings are filled item by item, anything else is kept."""
+    if isinstance(value, list):
+        return [fill_marker_value(v, values) for v in value]
+    if isinstance(value, Mapping):
+        return {k: fill_marker_value(v, values) for k, v in value.items()}
+    if not isinstance(value, str) or "${" not in value:
+        return value
+    whole = _MARKER_REF.fullmatch(value.strip())
+    if whole:
+        return _marker_expr(whole.group(1), values)
+    return _MARKER_REF.sub(lambda m: str(_marker_expr(m.group(1), values)), value)
+
+
+class MarkerRole(_Strict):
+    """One role of a marker record that maps entry names to entries (the MoE layout's ``target``)."""
+
+    count: int = Field(ge=0, description="how many entries the role holds")
+    each: dict[str, Any] = Field(description="every entry equals this mapping exactly")
+
+
+class MarkerJson(_Strict):
+    """What the JSON object after the marker must hold (R4's scripts/cluster.py ``layout()`` checks)."""
+
+    # each: every record is checked; last: only the last one (the publisher's layout receipt).
+    records: Literal["each", "last"] = "each"
+    fields: dict[str, Any] = Field(default_factory=dict, description="key -> expected value")
+    distinct: dict[str, list[Any]] = Field(
+        default_factory=dict, description="key -> the set of values the records carry together"
+    )
+    roles: dict[str, MarkerRole] = Field(default_factory=dict)
+
+
+class MarkerWhen(_Strict):
+    """The marker is expected only when the rank's rendered environment has ``env`` = ``equals``."""
+
+    env: str = Field(min_length=1)
+    equals: str
+    # forbidden: a rank that logs it the other way fails (R4: RoCEnante active in the NCCL control).
+    otherwise: Literal["forbidden", "ignored"] = "ignored"
+
+
 class LogMarker(_Strict):
     """A line the rank logs during a good boot."""
 
@@ -102,10 +197,19 @@ class LogMarker(_Strict):
     # true: a boot without it fails; false: informational; "with-kit": printed by the serving kit,
     # so required when the site configures one (sparkctl_kit) and informational otherwise.
     required: bool | Literal["with-kit"] = True
+    # The JSON object that follows the pattern on the line, checked field by field.
+    record: MarkerJson | None = Field(None, alias="json")
+    # Other lines (regular expressions) that must appear whenever this marker is expected.
+    requires: list[str] = Field(default_factory=list)
+    when: MarkerWhen | None = None
 
     def required_for(self, has_kit: bool) -> bool:
         """Whether a boot without this marker fails, given whether the site mounts the serving kit."""
         return has_kit if self.required == "with-kit" else bool(self.required)
+
+    def expected_for(self, env: Mapping[str, str]) -> bool:
+        """Whether the rank (its rendered environment) should log this marker at all."""
+        return self.when is None or env.get(self.when.env) == self.when.equals
 
     @field_validator("pattern")
     @classmethod
@@ -115,6 +219,30 @@ class LogMarker(_Strict):
         except re.error as exc:
             raise ValueError(f"not a regular expression: {exc}") from exc
         return v
+
+    @field_validator("requires")
+    @classmethod
+    def _requires_compile(cls, v: list[str]) -> list[str]:
+        for pat in v:
+            try:
+                re.compile(pat)
+            except re.error as exc:
+                raise ValueError(f"{pat!r}: not a regular expression: {exc}") from exc
+        return v
+
+    def fill_problems(self, tp: int, ep: int) -> list[str]:
+        """Why the expected values cannot be filled for some rank of a tp x ep group (empty: fine)."""
+        if self.record is None:
+            return []
+        spec = self.record.model_dump()
+        problems: list[str] = []
+        for rank in range(max(1, tp)):
+            try:
+                fill_marker_value(spec, marker_vars(rank, tp, ep))
+            except ValueError as exc:
+                problems.append(f"{self.pattern}: {exc}")
+                break
+        return problems
 
 
 class Gates(_Strict):
@@ -383,6 +511,9 @@ class Profile(_Strict):
                                "--chunked-prefill-size", "--mem-fraction-static") if f not in self.args]
         if missing:
             raise ValueError(f"args must set {', '.join(missing)} (the memory checks need them)")
+        for i, marker in enumerate(self.gates.log_markers):
+            for problem in marker.fill_problems(self.tp_size, self.ep_size):
+                raise ValueError(f"gates.log_markers.{i}.json: {problem}")
         for field in self.gates.server_info_fields:
             if _field_flag(field) not in self.args:
                 raise ValueError(f"gates.server_info_fields: {field} has no flag --{field.replace('_', '-')}"

@@ -154,6 +154,10 @@ assert all(len(w) <= 6 for w in _VOCAB), "every filler word must be a single tok
 
 
 
+# The garbage-at-batch answer's text, repeated: a CJK character and a symbol in turn (one token each).
+GARBAGE = "的#"
+
+
 @dataclass
 class Reply:
     content: str | None
@@ -199,7 +203,10 @@ class Responder:
     def reply(self, body: dict[str, Any], prompt: Prompt, max_tokens: int, running: int = 1) -> Reply:
         reply = self._answer(body, prompt, max_tokens)
         if self.knobs.has("garbage-at-batch") and running >= 3 and reply.content is not None:
-            reply.content = "!" * max(1, min(max_tokens, tokenizer.count(reply.content)))
+            # What a GB10 boot once answered at bs >= 3 (NaN target logits): CJK and symbol runs,
+            # one token each, as many as the answer had.
+            n = max(1, min(max_tokens, tokenizer.count(reply.content)))
+            reply.content = (GARBAGE * (n // 2 + 1))[:n]
             reply.kind = "garbage"
         if reply.content is not None:
             reply = self._fit(reply, body, prompt, max_tokens)

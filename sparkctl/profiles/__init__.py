@@ -245,6 +245,57 @@ class LogMarker(_Strict):
         return problems
 
 
+_SMOKE_NAME = r"^[a-z0-9][a-z0-9-]*$"
+
+
+class SmokeRequest(_Strict):
+    """One chat completion of the boot smoke and what its answer must be."""
+
+    name: str = Field(pattern=_SMOKE_NAME)
+    prompt: str = Field(min_length=1, description="the user message, sent as is")
+    max_tokens: int = Field(gt=0)
+    expect: str | None = Field(None, description="the answer's content, exactly (blanks around stripped)")
+    finish_reason: str | None = Field(None, description="the finish_reason the answer must have")
+
+
+class SmokeWarmup(_Strict):
+    """Prompts of a few sizes sent once each before the batch: prefill tiers, JIT, first-touch pages.
+    Their answers are not checked (a failed request is reported, not fatal)."""
+
+    prompt_words: list[int] = Field(min_length=1, description="approximate prompt sizes in words")
+    filler: str = Field(min_length=1, description="repeated words // 20 + 1 times")
+    suffix: str = Field(min_length=1, description="appended after the filler")
+    max_tokens: int = Field(gt=0)
+    timeout_s: float = Field(600, gt=0, description="per request")
+
+
+class SmokeBatch(_Strict):
+    """One concurrent batch of ``--max-running-requests`` requests whose every answer must read as
+    Latin-script prose: no CJK or Hangul, and at least ``min_latin_ratio`` of the non-blank characters
+    ASCII letters, digits or ``punctuation`` (the garbage-output guard)."""
+
+    prompts: list[str] = Field(min_length=1, description="cycled to fill the batch")
+    max_tokens: int = Field(gt=0)
+    timeout_s: float = Field(600, gt=0, description="per request")
+    min_latin_ratio: float = Field(0.7, gt=0, le=1)
+    punctuation: str = ".,;:'\"!?-()"
+    # true: garbage from any request fails `up`; false: reported as a warning only.
+    fatal: bool = True
+
+
+class Smoke(_Strict):
+    """What `up` sends rank 0 once it is ready, before it calls the cluster ready (a profile's own
+    boot smoke and warm-up, replacing the one-question chat gate)."""
+
+    source: str = Field(min_length=1, description="where these requests and checks are published")
+    temperature: float = Field(0, ge=0)
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    timeout_s: float = Field(300, gt=0, description="per request")
+    requests: list[SmokeRequest] = Field(min_length=1, description="sent in order; any failure is fatal")
+    warmup: SmokeWarmup | None = None
+    batch: SmokeBatch | None = None
+
+
 class Gates(_Strict):
     """What `up` waits for before it calls the cluster ready."""
 
@@ -255,6 +306,8 @@ class Gates(_Strict):
         default_factory=list, description="/server_info keys that must equal the rendered flags"
     )
     qualify_on_up: bool = False
+    # The profile's boot smoke, warm-up and garbage-output guard (null: one chat question).
+    smoke: Smoke | None = None
     drain_s: int = Field(
         75, gt=0, le=3600,
         description="seconds rank 0 may drain in-flight requests after SIGTERM before the forced shutdown "
@@ -362,6 +415,40 @@ class Kit(_Strict):
         return v
 
 
+class ImageRequirement(_Strict):
+    """The engine image a profile cannot serve without (``image``): the publisher's, built by
+    `sparkctl stage image` (``sparkctl_runtime.image_source: build``) from ``dockerfile`` of the
+    serving kit (``sparkctl_kit``, the publisher's repository at a pinned commit, used only as the
+    build context, never mounted), on ``base``; or that build pinned by ``sparkctl_runtime.image_id``.
+    `validate` refuses any other source; `preflight` checks ``env`` in the image on every node."""
+
+    requires: Literal["build-from-kit"]
+    source: str = Field(min_length=1, description="the publisher's repository the image is built from")
+    dockerfile: str = Field(description="the Dockerfile inside the kit")
+    base: str = Field(pattern=r"^[^@\s]+@sha256:[0-9a-f]{64}$", description="the FROM image, by digest")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Config.Env entries the image must carry (what loads the adapters)"
+    )
+
+    @field_validator("dockerfile")
+    @classmethod
+    def _rel(cls, v: str) -> str:
+        return _relative(v)
+
+
+class Bind(_Strict):
+    """A directory of the rank's run directory bound into the container, kept across restarts."""
+
+    src: Literal["cache", "state"] = Field(description="<run_dir>/<src> on the node (sparkctl creates it)")
+    dst: str = Field(description="where the container sees it")
+    readonly: bool = False
+
+    @field_validator("dst")
+    @classmethod
+    def _dst(cls, v: str) -> str:
+        return _absolute(v)
+
+
 class Container(_Strict):
     """What the rank's container gets from the host besides its mounts (``docker run`` options)."""
 
@@ -371,6 +458,20 @@ class Container(_Strict):
         default_factory=lambda: {"memlock": "-1", "nofile": "1048576:1048576"},
         description="--ulimit NAME=VALUE, in this order",
     )
+    privileged: bool = Field(False, description="--privileged: every host device, no seccomp confinement")
+    shm_size: str | None = Field(
+        None, pattern=r"^[0-9]+[bkmg]?$", description="--shm-size; null = Docker's default"
+    )
+    binds: list[Bind] = Field(default_factory=list, description="run-directory binds (after /cache, /state)")
+    # A host NCCL build used instead of the image's: bound read-only at nccl_mount with LD_LIBRARY_PATH
+    # pointing there. null = the image's own NCCL (a site sets it in sparkctl_profile_overrides).
+    host_nccl_dir: str | None = None
+    nccl_mount: str = "/nccl"
+
+    @field_validator("host_nccl_dir", "nccl_mount")
+    @classmethod
+    def _nccl_paths(cls, v: str | None) -> str | None:
+        return None if v is None else _absolute(v)
 
     @field_validator("devices")
     @classmethod
@@ -464,6 +565,7 @@ class Profile(_Strict):
     simulator: Simulator | None = None
     container: Container = Field(default_factory=lambda: Container.model_validate({}))
     kit: Kit | None = None
+    image: ImageRequirement | None = None
     thermals: Thermals = Field(default_factory=lambda: Thermals.model_validate({}))
 
     @field_validator("args")

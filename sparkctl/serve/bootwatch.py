@@ -17,6 +17,7 @@ from sparkctl.render import kit
 from sparkctl.render.rank import api_url, served_model_name
 from sparkctl.serve.http import HttpAnswer, auth_headers, get, http_reason
 from sparkctl.serve.probe import FleetLike, NodeFacts, collect, rank_launch, unit_name
+from sparkctl.serve.smoke import run_smoke
 
 if TYPE_CHECKING:
     from sparkctl.model import Cluster
@@ -327,9 +328,12 @@ class BootWatch:
 
         rows[head].phases["chat"] = WAIT
         self._emit()
-        ok, detail = self.chat(head_url, headers, max(timeout, 30.0))
+        if self.gates.smoke is not None:  # the profile's own smoke, warm-up and garbage guard
+            gate, (ok, detail) = "boot smoke and warm-up", self.smoke(head_url, headers)
+        else:
+            gate, (ok, detail) = "chat completion", self.chat(head_url, headers, max(timeout, 30.0))
         if not ok:
-            raise self.fail("chat completion", head, detail, "chat")
+            raise self.fail(gate, head, detail, "chat")
         rows[head].phases["chat"] = OK
         rows[head].note = detail[:80]
 
@@ -413,6 +417,19 @@ class BootWatch:
         if not text.strip():
             return False, f"empty answer (finish_reason {choice.get('finish_reason')})"
         return True, f"answered {text.strip()[:40]!r}"
+
+    def smoke(self, url: str, headers: Mapping[str, str]) -> tuple[bool, str]:
+        """The profile's boot smoke, warm-up and garbage-output guard (``gates.smoke``) against rank 0;
+        every request and answer in smoke.json of the run directory."""
+        spec = self.gates.smoke
+        assert spec is not None
+        result = run_smoke(self.http, url, headers, served_model_name(self.cluster), spec,
+                           self.cluster.profile.max_running_requests or 1)
+        self._record("smoke.json", {"ok": result.ok, "detail": result.detail, "warnings": result.warnings,
+                                    "requests": result.records})
+        if result.warnings:
+            return result.ok, f"{result.detail}; {len(result.warnings)} warning(s): {result.warnings[0]}"
+        return result.ok, result.detail
 
 
 class _Retry(Exception):

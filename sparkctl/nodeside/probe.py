@@ -10,6 +10,8 @@ what the rank will get.
 The readers it shares with the role modules live beside it (``system``, ``links``, ``rdma``,
 ``manifests``); ``sparkctl.serve.probe.probe_script`` sends their sources along in the same script.
 
+Every mode reads the rank unit (with systemd's restart count) and memory, and where the parameters
+name the rank's container, docker's view of it (running, OOM-killed, restart count, start time).
 Modes: ``watch`` (unit + memory, sampled every ~2 s while `up` boots), ``thermals`` (unit, memory
 and GPU, sampled during `bench` and `qualify`), ``status`` (adds links, GPU, shards, installed unit
 hash), ``preflight`` (adds ports, processes, model files, runtime identity, RoCE GID indexes, GPU
@@ -33,7 +35,7 @@ import urllib.request
 from . import links, manifests, rdma, system
 
 UNIT_PROPS = ("ActiveState", "SubState", "MainPID", "Result", "ExecMainStatus",
-              "ActiveEnterTimestampMonotonic", "InvocationID")
+              "ActiveEnterTimestampMonotonic", "InvocationID", "NRestarts")
 
 
 def _digest(path, h):
@@ -67,6 +69,7 @@ def unit_state(name):
         key, _, value = line.partition("=")
         facts[key] = value
     up_mono = int(facts.get("ActiveEnterTimestampMonotonic") or 0)
+    restarts = facts.get("NRestarts") or "0"
     now_mono = time.clock_gettime(time.CLOCK_MONOTONIC)
     return {
         "active": facts.get("ActiveState", "unknown"),
@@ -76,6 +79,41 @@ def unit_state(name):
         "exit_status": facts.get("ExecMainStatus", ""),
         "up_s": round(now_mono - up_mono / 1e6, 1) if up_mono else None,
         "invocation": facts.get("InvocationID", ""),
+        # Restarts systemd made itself (Restart=); a restart by hand shows as a new invocation.
+        "restarts": int(restarts) if restarts.isdigit() else 0,
+    }
+
+
+def container_state(name):
+    """The rank's container as docker sees it: running, OOM-killed, restarts, when it (re)started.
+
+    ``restart_count`` is docker's own (its restart policy); a ``docker restart`` or ``docker start``
+    shows as ``started_at`` moving, which the controller compares with what it saw at readiness.
+    None where docker is not installed."""
+    if shutil.which("docker") is None:
+        return None
+    fmt = "{{json .State}}\t{{.RestartCount}}\t{{.Created}}"
+    rc, out, err = system.run(["docker", "container", "inspect", "--format", fmt, name], 10)
+    if rc != 0:
+        text = (err or out).strip()
+        if "No such" in text or "no such" in text:
+            return {"exists": False}
+        return {"error": text[:200] or f"docker inspect exited {rc}"}
+    try:
+        state_text, count, created = out.strip().split("\t")
+        state = json.loads(state_text)
+    except ValueError:
+        return {"error": "docker inspect: unreadable answer " + out.strip()[:120]}
+    return {
+        "exists": True,
+        "name": name,
+        "status": state.get("Status", ""),
+        "running": bool(state.get("Running")),
+        "oom_killed": bool(state.get("OOMKilled")),
+        "exit_code": state.get("ExitCode"),
+        "started_at": state.get("StartedAt", ""),
+        "restart_count": int(count) if count.strip().isdigit() else 0,
+        "created": created.strip(),
     }
 
 
@@ -294,16 +332,35 @@ def local_http(port, path="/health"):
         return None
 
 
-def journal_matches(unit, patterns, invocation):
-    """Count the log lines of the unit's current run (its invocation) matching each regular expression."""
+MARKER_LINES_KEPT = 8            # the last lines kept per pattern whose records are read
+MARKER_LINE_CHARS = 256 * 1024   # a marker record longer than this is cut (the MoE layout is ~12 kB)
+
+
+def journal_matches(unit, patterns, invocation, records=()):
+    """Count the log lines of the unit's current run (its invocation) matching each regular
+    expression; for the patterns in ``records`` also the text after the match of the last lines
+    (the JSON record a marker carries), in log order."""
     args = ["journalctl", "-o", "cat", "--no-pager", "-q"]
     args += ["_SYSTEMD_INVOCATION_ID=" + invocation] if invocation else ["-u", unit]
     _rc, out, _ = system.run(args, 20)
+    return match_lines(out, patterns, records)
+
+
+def match_lines(text, patterns, records=()):
+    """``journal_matches`` on a log's text: (counts, texts) per pattern."""
     counts = {}
+    texts = {}
     for pat in patterns:
         rx = re.compile(pat)
-        counts[pat] = sum(1 for line in out.splitlines() if rx.search(line))
-    return counts
+        found = []
+        for line in text.splitlines():
+            m = rx.search(line)
+            if m:
+                found.append(line[m.end():][:MARKER_LINE_CHARS])
+        counts[pat] = len(found)
+        if pat in records:
+            texts[pat] = found[-MARKER_LINES_KEPT:]
+    return counts, texts
 
 
 def main(p):
@@ -313,13 +370,16 @@ def main(p):
         out["caches_dropped"] = drop_caches()
     out["unit"] = unit_state(p["unit"])
     out["mem"] = meminfo()
+    if p.get("container"):
+        out["container"] = container_state(p["container"])
     if mode == "watch":
         if p.get("health_port"):
             out["health"] = local_http(p["health_port"])
     elif mode == "thermals":
         out["gpu"] = gpu(p.get("nvml_module", "pynvml"), p.get("nvml_path"))
     elif mode == "markers":
-        out["markers"] = journal_matches(p["unit"], p.get("patterns", []), out["unit"].get("invocation"))
+        out["markers"], out["marker_lines"] = journal_matches(
+            p["unit"], p.get("patterns", []), out["unit"].get("invocation"), p.get("records", []))
     else:
         out["links"] = links.read_links(p.get("netdevs", []))
         out["gpu"] = gpu(p.get("nvml_module", "pynvml"), p.get("nvml_path"))

@@ -13,11 +13,13 @@ import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 from sparkctl.model.redaction import strip_secrets
+from sparkctl.profiles import LogMarker, fill_marker_value, marker_vars
 from sparkctl.render import kit
 from sparkctl.render.rank import api_url, served_model_name
 from sparkctl.serve.http import HttpAnswer, auth_headers, get, http_reason
 from sparkctl.serve.probe import FleetLike, NodeFacts, collect, rank_launch, unit_name
 from sparkctl.serve.smoke import run_smoke
+from sparkctl.serve.verdict import rank_faults, ready_mark, save_ready_marks
 
 if TYPE_CHECKING:
     from sparkctl.model import Cluster
@@ -131,6 +133,7 @@ class BootWatch:
         sleep: Callable[[float], None] = time.sleep,
         interval: float = SAMPLE_INTERVAL_S,
         poll: float = POLL_INTERVAL_S,
+        ready_file: Path | None = None,
     ):
         self.cluster = cluster
         self.doc = doc
@@ -157,6 +160,11 @@ class BootWatch:
                     row.phases[phase] = SKIP
         self.server_info: dict[str, Any] = {}
         self.min_seen: dict[str, int] = {}
+        # Each rank's unit invocation and container start once its unit is active: a rank started
+        # again during the boot (or OOM-killed) fails it; at readiness they go to ``ready_file``,
+        # against which `status` and `watch` judge the ranks afterwards.
+        self.ready_file = ready_file
+        self.boot_marks: dict[str, dict[str, Any]] = {}
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -230,10 +238,25 @@ class BootWatch:
             row = self.state.rows[name]
             if row.phases["unit"] == OK and f.active != "active":
                 unit = f.unit
+                faults = "".join(f"; {x}" for x in rank_faults(f))
                 raise self.fail("rank unit exited", name,
                                 f"{self.unit} is {f.active} (result {unit.get('result')}, "
-                                f"exit status {unit.get('exit_status')})", "unit")
+                                f"exit status {unit.get('exit_status')}){faults}", "unit")
+            if row.phases["unit"] == OK:
+                self._check_restarts(name, f)
         return facts
+
+    def _check_restarts(self, name: str, f: NodeFacts) -> None:
+        """The rank's run as first seen active; an OOM kill or a restart since fails the boot."""
+        seen = self.boot_marks.setdefault(name, ready_mark(f))
+        now = ready_mark(f)
+        for key, value in now.items():
+            if not seen.get(key):  # the container is created a moment after the unit starts
+                seen[key] = value
+        faults = rank_faults(f, seen)
+        if faults:
+            rank = self.state.rows[name].rank
+            raise self.fail("rank restarted or OOM-killed", name, f"rank {rank}: {'; '.join(faults)}", "unit")
 
     def _wait(self, gate: str, check: Callable[[], bool], node_on_timeout: Callable[[], str | None],
               phase: str) -> None:
@@ -346,6 +369,12 @@ class BootWatch:
             rows[head].phases["qualify"] = OK
         else:
             rows[head].phases["qualify"] = SKIP
+        # One more look after the last gate: no rank OOM-killed or restarted while they ran.
+        facts = self.sample()
+        marks = {n: self.boot_marks.get(n) or ready_mark(f) for n, f in facts.items()}
+        self._record("ready-marks.json", marks)
+        if self.ready_file is not None:
+            save_ready_marks(self.ready_file, facts)
         self.state.done = True
         self.state.gate = "ready"
         self._emit()
@@ -378,20 +407,17 @@ class BootWatch:
         for row in rows.values():
             row.phases["markers"] = WAIT
         self._emit()
-        patterns = sorted({m.pattern for m in markers})
+        patterns = sorted({m.pattern for m in markers} | {r for m in markers for r in m.requires})
+        records = sorted({m.pattern for m in markers if m.record is not None})
         facts = collect(self.cluster, self.doc, self.fleet, "markers", timeout=30,
-                        extra={"patterns": patterns})
+                        extra={"patterns": patterns, "records": records})
+        has_kit = kit.enabled(self.cluster)
         for name, f in facts.items():
             row = rows[name]
-            counts = (f.data.get("markers") or {}) if f.reachable else {}
-            for m in markers:
-                if m.ranks == "head" and row.rank != 0:
-                    continue
-                n = int(counts.get(m.pattern, 0))
-                good = n == m.count if m.count is not None else n >= 1
-                if not good and m.required_for(kit.enabled(self.cluster)):
-                    want = f"exactly {m.count}" if m.count is not None else "at least one"
-                    raise self.fail("log markers", name, f"{m.pattern!r}: {n} lines, want {want}", "markers")
+            seen = RankLog.of(f) if f.reachable else RankLog({}, {})
+            problems = marker_problems(markers, seen, RankContext.of(self.entries[name]), has_kit)
+            if problems:
+                raise self.fail("log markers", name, "; ".join(problems), "markers")
             row.phases["markers"] = OK
         self._emit()
 
@@ -434,3 +460,142 @@ class BootWatch:
 
 class _Retry(Exception):
     pass
+
+
+# --- the readiness markers ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """What a rank's marker expectations are filled from: its rendered launch."""
+
+    rank: int
+    tp: int
+    ep: int
+    env: Mapping[str, str]
+
+    @classmethod
+    def of(cls, entry: Mapping[str, Any]) -> RankContext:
+        rl = rank_launch(entry)
+        return cls(int(entry["rank"]), _flag_int(rl.argv, "--tp-size", 1), _flag_int(rl.argv, "--ep-size", 1),
+                   dict(rl.env))
+
+    @property
+    def values(self) -> dict[str, int]:
+        return marker_vars(self.rank, self.tp, self.ep)
+
+
+def _flag_int(argv: tuple[str, ...], flag: str, default: int) -> int:
+    if flag in argv:
+        i = argv.index(flag)
+        if i + 1 < len(argv) and argv[i + 1].isdigit():
+            return int(argv[i + 1])
+    return default
+
+
+@dataclass(frozen=True)
+class RankLog:
+    """What the markers probe read from one rank's log: lines per pattern, and for the patterns that
+    carry a record, the text after the match of the last lines."""
+
+    counts: Mapping[str, int]
+    texts: Mapping[str, list[str]]
+
+    @classmethod
+    def of(cls, f: NodeFacts) -> RankLog:
+        return cls(dict(f.data.get("markers") or {}), dict(f.data.get("marker_lines") or {}))
+
+
+def _same(got: Any, want: Any) -> bool:
+    """JSON equality that keeps true and 1 apart (Python's == does not)."""
+    if isinstance(want, bool) or isinstance(got, bool):
+        return isinstance(got, bool) and isinstance(want, bool) and got == want
+    if isinstance(want, list):
+        return isinstance(got, list) and len(got) == len(want) and all(map(_same, got, want))
+    if isinstance(want, dict):
+        return (isinstance(got, dict) and got.keys() == want.keys()
+                and all(_same(got[k], want[k]) for k in want))
+    return bool(got == want)
+
+
+def _record_of(text: str) -> Any:
+    """The JSON value that starts the text after a marker (anything after it is ignored)."""
+    value, _end = json.JSONDecoder().raw_decode(text.strip())
+    return value
+
+
+def _field_problems(where: str, record: Any, want: Mapping[str, Any], exact: bool) -> list[str]:
+    if not isinstance(record, dict):
+        return [f"{where}: not a JSON object ({type(record).__name__})"]
+    out = [f"{where}: field {key} missing (expected {json.dumps(value)})"
+           for key, value in want.items() if key not in record]
+    out += [f"{where}: field {key} expected {json.dumps(value)}, got {json.dumps(record[key])}"
+            for key, value in want.items() if key in record and not _same(record[key], value)]
+    if exact:
+        out += [f"{where}: field {key} not expected (got {json.dumps(record[key])})"
+                for key in record if key not in want]
+    return out
+
+
+def marker_problems(markers: list[LogMarker], log: RankLog, rank: RankContext, has_kit: bool) -> list[str]:
+    """Every way one rank's log falls short of the profile's markers, each naming the rank, the
+    marker, the field, what was expected and what it logged (empty: the rank passes)."""
+    out: list[str] = []
+    who = f"rank {rank.rank}"
+    for m in markers:
+        if (m.ranks == "head" and rank.rank != 0) or not m.required_for(has_kit):
+            continue
+        n = int(log.counts.get(m.pattern, 0))
+        if not m.expected_for(rank.env):
+            assert m.when is not None
+            if m.when.otherwise == "forbidden" and n:
+                actual = rank.env.get(m.when.env)
+                out.append(f"{who}: {m.pattern}: {n} line(s), expected none with {m.when.env}="
+                           f"{actual if actual is not None else '(unset)'} (it belongs to {m.when.env}="
+                           f"{m.when.equals})")
+            continue
+        if not (n == m.count if m.count is not None else n >= 1):
+            want = f"exactly {m.count}" if m.count is not None else "at least one"
+            out.append(f"{who}: {m.pattern!r}: {n} lines, want {want}")
+            continue
+        for required in m.requires:
+            if not int(log.counts.get(required, 0)):
+                out.append(f"{who}: {m.pattern} needs a {required.strip()!r} line as well: none logged")
+        if m.record is not None:
+            out += _record_problems(m, log.texts.get(m.pattern) or [], rank, who)
+    return out
+
+
+def _record_problems(m: LogMarker, texts: list[str], rank: RankContext, who: str) -> list[str]:
+    spec = fill_marker_value(m.record.model_dump() if m.record else {}, rank.values)
+    records: list[Any] = []
+    out: list[str] = []
+    for i, text in enumerate(texts):
+        try:
+            records.append(_record_of(text))
+        except ValueError as exc:
+            out.append(f"{who}: {m.pattern} line {i + 1}: not JSON ({exc}): {text.strip()[:80]!r}")
+    if out or not records:
+        return out or [f"{who}: {m.pattern}: no record after the marker"]
+    checked = records[-1:] if spec["records"] == "last" else records
+    for i, record in enumerate(checked):
+        where = f"{who}: {m.pattern}" + (f" line {i + 1}" if len(checked) > 1 else "")
+        out += _field_problems(where, record, spec["fields"], exact=False)
+        for role, want in spec["roles"].items():
+            entries = record.get(role) if isinstance(record, dict) else None
+            if not isinstance(entries, dict):
+                out.append(f"{where}: {role} missing (expected {want['count']} entries)")
+                continue
+            if len(entries) != want["count"]:
+                out.append(f"{where}: {role}: {len(entries)} entries, expected {want['count']}")
+            bad = [(key, p) for key, entry in entries.items()
+                   for p in _field_problems(f"{where}: {role} {key}", entry, want["each"], exact=True)]
+            if bad:
+                more = len({key for key, _p in bad}) - 1
+                out.append(bad[0][1] + (f" (and {more} more {role} entries differ)" if more > 0 else ""))
+    for key, values in spec["distinct"].items():
+        got = [r.get(key) for r in records if isinstance(r, dict)]
+        if sorted(map(json.dumps, got)) != sorted(map(json.dumps, values)):
+            out.append(f"{who}: {m.pattern}: field {key} expected {json.dumps(values)} across the lines, "
+                       f"got {json.dumps(got)}")
+    return out

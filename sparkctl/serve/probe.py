@@ -86,6 +86,8 @@ def probe_params(cluster: Cluster, entry: Mapping[str, Any], mode: str) -> dict[
     """What the probe needs to know about one node (all from the plan document and the model)."""
     rl = rank_launch(entry)
     params: dict[str, Any] = {"mode": mode, "unit": rl.unit_name}
+    if rl.container and mode in ("watch", "status"):
+        params["container"] = rl.container  # docker's OOMKilled, RestartCount and StartedAt
     if mode == "watch":
         params["health_port"] = cluster.ports.api
         return params
@@ -179,6 +181,12 @@ class NodeFacts:
         if "error" in unit:
             return "unknown"
         return str(unit.get("active", "unknown"))
+
+    @property
+    def container(self) -> dict[str, Any] | None:
+        """Docker's view of the rank's container (container runtime only; None elsewhere)."""
+        value = self.data.get("container")
+        return dict(value) if isinstance(value, Mapping) else None
 
     @property
     def mem_available(self) -> int | None:

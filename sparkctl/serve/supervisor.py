@@ -9,7 +9,8 @@ bounded by a circuit breaker, and never while the admin paused healing with `spa
 * ``Brain.decide``: pure decision logic, the clock passed in (unit-tested with fakes):
   a rank unit that exited, a node that stopped answering SSH while the others answer and the canary
   fails too (a dead rank: the rest of the group is stopped at once, the restart waits for the node;
-  a probe that times out on a node while the canary completes is not acted on), MemAvailable
+  a probe that times out on a node while the canary completes is not acted on), a rank OOM-killed
+  or restarted since `up` made the group ready (``verdict.rank_faults``), MemAvailable
   under the profile's floor, or ``canary_failures`` failed canaries in a row → restart; a group
   that is entirely down waits for `up`, or with autostart comes up once every node answers again
   after being unreachable (or when the supervisor itself starts, i.e. at boot).
@@ -62,6 +63,7 @@ class NodeView:
     result: str = ""
     mem_available: int | None = None
     error: str | None = None
+    faults: tuple[str, ...] = ()  # OOM-killed or restarted (verdict.rank_faults), in words
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,8 @@ def observe(snap: Snapshot, canary: tuple[bool, str] | None, floor_gib: float) -
     views = {}
     for f in snap.nodes.values():
         views[f.name] = NodeView(f.name, f.rank, f.reachable and not f.error, f.active,
-                                 str(f.unit.get("result") or ""), f.mem_available, f.error)
+                                 str(f.unit.get("result") or ""), f.mem_available, f.error,
+                                 tuple(snap.faults.get(f.name) or ()))
     return Observation(views, canary, int(float(floor_gib) * GIB))
 
 
@@ -190,6 +193,12 @@ class Brain:
             exited_d = Decision("unit-exited", f"rank {v.rank} unit {v.state}{result} while "
                                 f"{len(running)} of {len(nodes)} ranks run", RESTART, v.name)
             return self._restart(exited_d, now, wall)
+        faulted = [v for v in nodes if v.faults and v.state in RUNNING]
+        if faulted:
+            # A rank that was OOM-killed or restarted runs, but cannot be part of its TP group any more.
+            v = faulted[0]
+            fault_d = Decision("rank-restarted", f"rank {v.rank}: {'; '.join(v.faults)}", RESTART, v.name)
+            return self._restart(fault_d, now, wall)
         if not running:
             if self.retry:
                 return self._restart(Decision("retry", self.retry, RESTART), now, wall)

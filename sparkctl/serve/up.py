@@ -245,7 +245,7 @@ class Up:
             raise
         qualify = self.tools.qualify(cluster, run_dir)
         watch = bootwatch.BootWatch(cluster, doc, fleet, http, self.api_key, record_dir=run_dir,
-                                    qualify=qualify)
+                                    qualify=qualify, ready_file=verdict.ready_file(cluster.name))
         head = cluster.head.name
 
         def mark(s: bootwatch.BootState) -> None:

@@ -112,6 +112,10 @@ class NodeState:
     identity: str = "sha256:abc"
     gids: dict[str, int | None] | None = None
     markers: dict[str, int] = field(default_factory=dict)
+    marker_lines: dict[str, list[str]] = field(default_factory=dict)  # text after each match
+    container: dict[str, Any] | None = None  # docker's view, answered where the probe names one
+    restarts: int = 0                         # systemd's NRestarts
+    invocation: str = "abc"                   # the unit's InvocationID
     file_sha: dict[str, str] | None = None
     journal: str = "2026-11-29T10:00:00+0000 spark rank[1]: started\n"
     upcheck: dict[str, Any] | None = None  # the answer to fastup's check (None: nothing recognisable)
@@ -195,11 +199,14 @@ class FakeNodes:
             "host": name,
             "unit": {"active": st.unit, "sub": "running" if st.unit == "active" else "dead", "pid": 0,
                      "result": st.result, "exit_status": "0", "up_s": 5.0 if st.unit == "active" else None,
-                     "invocation": "abc"},
+                     "invocation": st.invocation, "restarts": st.restarts},
             "mem": {"MemTotal": 4 * GIB, "MemAvailable": st.mem},
         }
+        if params.get("container"):
+            data["container"] = st.container
         if mode == "markers":
             data["markers"] = {p: st.markers.get(p, 0) for p in params.get("patterns", [])}
+            data["marker_lines"] = {p: st.marker_lines.get(p, []) for p in params.get("records", [])}
         elif mode in ("status", "preflight"):
             data["links"] = {
                 dev: {"present": True, "state": "up" if st.links_up else "down", "mtu": st.mtu}

@@ -1,13 +1,18 @@
 """The lab's base engine image, ``sparkctl-lab/engine-base:bookworm``: built offline, imported on the head.
 
 A real Spark runs an SGLang image; the lab's stands in for it with a small Debian tree
-(debootstrap minbase + python3, cached beside the lab rootfs) holding
+(debootstrap minbase + python3 + g++, cached beside the lab rootfs) holding
 
 - the rank simulator, importable as ``sparkctl_sim`` (copied from this checkout),
 - ``/usr/local/bin/sglang``: ``sglang serve <argv>`` runs the simulator with the argv the product
   renders for a real rank (the process shows as ``… sglang serve …``, as SGLang's own does),
 - the stock ("before") version of each file the synthetic kit overlays, under
-  ``/sgl-workspace/sglang/<rel>`` (see ``kit``).
+  ``/sgl-workspace/sglang/<rel>`` (see ``kit``),
+- a C++ compiler: a kit's stage-time build compiles its sources inside the engine image (R4's
+  ``stage()`` runs ``g++ … adapter/row_store.cpp -o adapter/librow_store.so`` there), so the lab's
+  image needs one as the publisher's does,
+- ``SGLANG_BUILD_COMMIT`` in its environment (``kit.SGLANG_COMMIT``), which R4's launcher compares
+  with the kit's ``versions.lock.json`` ``sglang_commit``.
 
 `lab up` turns that into a tar (``docker import`` needs no registry) and imports it into the
 HEAD's engine only; the workers get images the way a site's do, through `sparkctl stage image`.
@@ -17,6 +22,7 @@ nothing changed imports nothing.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import io
 import os
@@ -33,11 +39,14 @@ from sparkctl_lab import host, kit, rootfs, state
 
 IMAGE = kit.BASE_IMAGE
 CONTENT_LABEL = "org.sparkctl.lab.content"
-PACKAGES: tuple[str, ...] = ("python3",)
+# g++: the kit's stage-time build compiles adapter/row_store.cpp inside this image (see ``kit``).
+PACKAGES: tuple[str, ...] = ("python3", "g++")
 # Bump when the tree, the tar or the import recipe below change.
-_RECIPE_VERSION = "1"
+_RECIPE_VERSION = "2"
 _COMPLETE_MARKER = ".sparkctl-engine-complete"
 _IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The image's environment (``docker import --change 'ENV K=V'``); part of the content label.
+IMAGE_ENV: dict[str, str] = {"PATH": _IMAGE_PATH, "SGLANG_BUILD_COMMIT": kit.SGLANG_COMMIT}
 # Not needed in a container image (docs, locales, apt's caches) or made by the runtime (dev, proc, sys).
 _EXCLUDE_CONTENTS = (
     "dev",
@@ -53,6 +62,31 @@ _EXCLUDE_CONTENTS = (
     "var/cache/debconf",
     "var/lib/apt/lists",
     "var/log",
+)
+# Parts of the compiler a kit's build never runs (link-time optimisation, sanitizer and profiling
+# runtimes and tools): left out whole, matched against the path inside the image. g++ adds 227 MiB
+# to the tree (docs and the like excluded); these are 96 of them (the image's tar: 119 MiB with
+# python3 alone, 352 MiB with all of g++, 256 MiB without these). What R4's compile line needs
+# stays: the g++ driver, cc1plus, as, ld, the headers, libstdc++, libgcc, libc's development files.
+_OMIT_COMPILER_PARTS = (
+    "usr/lib/gcc/*/*/lto1",
+    "usr/bin/lto-dump*",
+    "usr/bin/*-lto-dump*",
+    "usr/lib/gcc/*/*/lib[alt]san.*",
+    "usr/lib/gcc/*/*/libubsan.*",
+    "usr/lib/gcc/*/*/libhwasan.*",
+    "usr/lib/gcc/*/*/lib*san_preinit.o",
+    "usr/lib/*-linux-gnu/lib[alt]san.so*",
+    "usr/lib/*-linux-gnu/libubsan.so*",
+    "usr/lib/*-linux-gnu/libhwasan.so*",
+    "usr/lib/*-linux-gnu/libgprofng.so*",
+    "usr/lib/*-linux-gnu/gprofng",
+    "usr/bin/gprofng",
+    "usr/bin/*-gprofng",
+    "usr/bin/gp-*",
+    "usr/bin/*-gp-*",
+    "usr/bin/gcov*",
+    "usr/bin/*-gcov*",
 )
 _FIXED_MTIME = 1796083200  # 2026-12-01, for the files added to the tree
 
@@ -118,8 +152,15 @@ def added_files(tree: Path) -> dict[str, tuple[bytes, int]]:
     return out
 
 
+def import_changes() -> list[str]:
+    """The Dockerfile instructions ``docker import --change`` applies (environment and command)."""
+    return [*(f"ENV {k}={v}" for k, v in IMAGE_ENV.items()), 'CMD ["sglang", "--help"]']
+
+
 def content_key(tree: Path, added: dict[str, tuple[bytes, int]]) -> str:
     h = hashlib.sha256(f"{tree.name}\n{_RECIPE_VERSION}\n".encode())
+    for line in [*import_changes(), *_OMIT_COMPILER_PARTS]:
+        h.update(f"{line}\0".encode())
     for path, (data, mode) in sorted(added.items()):
         h.update(f"{path}\0{mode:o}\0{len(data)}\0".encode())
         h.update(data)
@@ -127,7 +168,10 @@ def content_key(tree: Path, added: dict[str, tuple[bytes, int]]) -> str:
 
 
 def _excluded(rel: str) -> bool:
-    return any(rel.startswith(prefix + "/") for prefix in _EXCLUDE_CONTENTS)
+    """Left out of the tar: the contents of an _EXCLUDE_CONTENTS directory, an omitted compiler part."""
+    return any(rel.startswith(prefix + "/") for prefix in _EXCLUDE_CONTENTS) or any(
+        fnmatch.fnmatchcase(rel, pattern) for pattern in _OMIT_COMPILER_PARTS
+    )
 
 
 def write_tar(tree: Path, added: dict[str, tuple[bytes, int]], out: Path) -> None:
@@ -230,12 +274,9 @@ def import_image(machine: str, st: state.LabState, tarball: Tarball) -> float | 
     wait_engine(machine, st)
     if image_key(machine, st) == tarball.key:
         return None
+    changes = [f"LABEL {CONTENT_LABEL}={tarball.key}", *import_changes()]
     argv = node_argv(machine, [
-        "docker", "import",
-        "--change", f"LABEL {CONTENT_LABEL}={tarball.key}",
-        "--change", f"ENV PATH={_IMAGE_PATH}",
-        "--change", 'CMD ["sglang", "--help"]',
-        "-", IMAGE,
+        "docker", "import", *(arg for change in changes for arg in ("--change", change)), "-", IMAGE,
     ], st)
     t0 = time.monotonic()
     with open(tarball.path, "rb") as f:

@@ -7,7 +7,9 @@ sparkctl's code, so the tests check sparkctl against an independent writer):
 * two Engram shards at the end, holding ``layers.1.engram.embed.{weight,scale}`` and
   ``layers.14.engram.embed.{weight,scale}`` as ``F8_E4M3 [rows, 256]`` and ``F8_E8M0 [rows, 8]``,
   each after a small norm tensor so the offsets are not trivial,
-* ``config.json`` and ``model.safetensors.index.json`` (weight_map + total_size).
+* ``config.json``: the same bytes whatever the sizes (the lab kit's ``versions.lock.json`` pins its
+  digest, ``sparkctl_lab.kit.MODEL_CONFIG``), and ``model.safetensors.index.json`` (weight_map,
+  total_size, and the arguments and layout of this checkpoint in its metadata).
 
 The bytes come from ``random.Random(seed)``, so the same arguments give the same checkpoint.
 Small by default; ``--engram-rows`` and ``--filler-mib`` scale it to several GiB.
@@ -26,6 +28,13 @@ from pathlib import Path
 
 CHUNK = 16 << 20
 ENGRAM_LAYERS = (1, 14)
+# config.json, independent of the sizes: the lab kit's lock pins its digest (a unit test compares it
+# with sparkctl_lab.kit.MODEL_CONFIG).
+MODEL_CONFIG = {
+    "architectures": ["DeepseekV4ForCausalLM"],
+    "model_type": "deepseek_v4",
+    "engram_layers": list(ENGRAM_LAYERS),
+}
 
 
 def _header(tensors: list[tuple[str, str, list[int], int]]) -> tuple[bytes, list[tuple[str, int, int]]]:
@@ -84,7 +93,7 @@ def write_checkpoint(
     if existing is not None:
         return existing
     out.mkdir(parents=True, exist_ok=True)
-    # config.json goes last, so a half-written checkpoint never looks complete; older shards go first
+    # the index goes last, so a half-written checkpoint never looks complete; older shards go first
     for old in [out / "config.json", out / "model.safetensors.index.json", *out.glob("model-*.safetensors")]:
         old.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -122,15 +131,13 @@ def write_checkpoint(
             "weight_offset": offs[f"layers.{layer}.engram.embed.weight"],
             "scale_offset": offs[f"layers.{layer}.engram.embed.scale"],
         }
-    config = {
-        "architectures": ["DeepseekV4ForCausalLM"],
-        "model_type": "deepseek_v4",
-        "engram_layers": list(ENGRAM_LAYERS),
+    (out / "config.json").write_text(json.dumps(MODEL_CONFIG, indent=2) + "\n")
+    metadata = {
+        "total_size": total,
         "synthetic": params,
         "synthetic_layout": {"engram": engram, "total_tensor_bytes": total},
     }
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    index = {"metadata": metadata, "weight_map": dict(sorted(weight_map.items()))}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     return {"dir": str(out), "engram": engram, "total_tensor_bytes": total}
 
@@ -142,12 +149,13 @@ def existing_checkpoint(out: Path, params: dict[str, object]) -> dict[str, objec
         index = json.loads((out / "model.safetensors.index.json").read_text())
     except (OSError, ValueError):
         return None
-    if config.get("synthetic") != params:
+    metadata = index.get("metadata") if isinstance(index, dict) else None
+    if config != MODEL_CONFIG or not isinstance(metadata, dict) or metadata.get("synthetic") != params:
         return None
     shards = set(index.get("weight_map", {}).values())
     if not shards or not all((out / s).is_file() for s in shards):
         return None
-    return {"dir": str(out), **config["synthetic_layout"]}
+    return {"dir": str(out), **metadata["synthetic_layout"]}
 
 
 def main(argv: list[str] | None = None) -> int:

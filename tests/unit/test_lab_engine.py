@@ -4,10 +4,12 @@ that match the files) and the base engine image's tar."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -229,3 +231,167 @@ def test_sglang_in_the_image_runs_the_simulator_with_the_rendered_argv(tmp_path:
     proc = subprocess.run([sys.executable, str(script), "--help"], env=env, capture_output=True,
                           text=True, timeout=30, check=False)
     assert proc.returncode == 0 and "sglang serve" in proc.stdout and "SPARKCTL_SIM_" in proc.stdout
+
+
+# --- the kit's stage-time build inputs and lock (R4 scripts/cluster.py stage(), runtime/launch.py) --
+
+# R4 scripts/cluster.py stage(): the compile, verbatim, with the kit mounted at /opt/sglang4.
+R4_ROW_STORE_BUILD = [
+    "g++", "-O2", "-Wall", "-Wextra", "-Werror", "-std=c++17", "-shared", "-fPIC", "-pthread",
+    "/opt/sglang4/adapter/row_store.cpp", "-o", "/opt/sglang4/adapter/librow_store.so",
+]
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_the_b12x_archive_matches_its_manifest_as_r4_stage_checks_it(tmp_path: Path) -> None:
+    repo = kit.ensure(tmp_path / "kit").path
+    manifest = json.loads((repo / "vendor/b12x-source-manifest.json").read_text())
+    assert manifest == kit.b12x_manifest() and len(manifest) >= 3
+    with tarfile.open(repo / "vendor/b12x-source.tar.gz") as tar:
+        # R4: set(tar.getnames()) == set(bundle), then each member's sha256 against its entry
+        assert set(tar.getnames()) == set(manifest)
+        for member in tar.getmembers():
+            assert member.isfile() and (member.uid, member.gid, member.mtime) == (0, 0, kit._B12X_MTIME)
+            extracted = tar.extractfile(member)
+            assert extracted is not None and _sha(extracted.read()) == manifest[member.name]
+    # gzip header: no file name, mtime 0
+    raw = (repo / "vendor/b12x-source.tar.gz").read_bytes()
+    assert raw[:4] == b"\x1f\x8b\x08\x00" and raw[4:8] == b"\0\0\0\0"
+    # `tar -xzf` (what a stage of the whole kit uses) reads it too
+    out = tmp_path / "x"
+    out.mkdir()
+    subprocess.run(["tar", "-xzf", str(repo / "vendor/b12x-source.tar.gz"), "-C", str(out)], check=True)
+    assert {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} == set(manifest)
+
+
+def test_the_kit_bytes_are_the_same_on_every_write(tmp_path: Path) -> None:
+    a, b = kit.ensure(tmp_path / "a" / "kit"), kit.ensure(tmp_path / "b" / "kit")
+    assert a.commit == b.commit
+    for rel in (kit.B12X_ARCHIVE, kit.B12X_MANIFEST, kit.LOCK, kit.ROW_STORE_SOURCE,
+                kit.RUNTIME_CONFIGURATION):
+        assert (a.path / rel).read_bytes() == (b.path / rel).read_bytes() == kit.files()[rel]
+    assert kit.b12x_archive() == kit.b12x_archive()
+
+
+def test_the_lock_digests_match_the_kit_files_the_lab_checkpoint_and_the_image(tmp_path: Path) -> None:
+    from support import synth_checkpoint
+
+    repo = kit.ensure(tmp_path / "kit").path
+    lock = json.loads((repo / "versions.lock.json").read_text())
+    assert set(lock) == {
+        "runtime_configuration_sha256", "model_config_sha256", "sglang_commit", "adapter_sha256"
+    }
+    assert lock["runtime_configuration_sha256"] == _sha((repo / "runtime/configuration.py").read_bytes())
+    adapters = {p.name: _sha(p.read_bytes()) for p in (repo / "adapter").iterdir() if p.is_file()}
+    assert lock["adapter_sha256"] == adapters and {"row_store.cpp", "sitecustomize.py"} <= set(adapters)
+    # the lab checkpoint's config.json, whatever its sizes (the lab tests' and the demo's)
+    written = {}
+    for name, rows, shards, mib in (("small", (53, 49), 1, 0.05), ("demo-shaped", (1001, 999), 4, 0.1)):
+        written[name] = synth_checkpoint.write_checkpoint(
+            tmp_path / name, rows, filler_shards=shards, filler_mib=mib
+        )
+        config = (tmp_path / name / "config.json").read_bytes()
+        assert config == kit.MODEL_CONFIG and lock["model_config_sha256"] == _sha(config)
+    # the sizes moved to the index: a checkpoint asked for again with the same arguments is found as it is
+    index = tmp_path / "small" / "model.safetensors.index.json"
+    before = index.stat().st_mtime_ns
+    again = synth_checkpoint.write_checkpoint(tmp_path / "small", (53, 49), filler_shards=1, filler_mib=0.05)
+    assert again == written["small"] and index.stat().st_mtime_ns == before
+    assert lock["sglang_commit"] == kit.SGLANG_COMMIT == engine.IMAGE_ENV["SGLANG_BUILD_COMMIT"]
+    assert len(kit.SGLANG_COMMIT) == 40 and int(kit.SGLANG_COMMIT, 16) >= 0
+
+
+def test_the_row_store_build_is_r4s_line() -> None:
+    assert list(kit.ROW_STORE_BUILD) == R4_ROW_STORE_BUILD
+    assert kit.ROW_STORE_SOURCE == "adapter/row_store.cpp"
+    assert kit.ROW_STORE_LIBRARY == "adapter/librow_store.so"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on this machine to compile the row store")
+def test_the_row_store_compiles_with_r4s_line_and_exports_its_version(tmp_path: Path) -> None:
+    repo = kit.ensure(tmp_path / "kit").path
+    argv = [a.replace(kit.KIT_MOUNT, str(repo)) for a in R4_ROW_STORE_BUILD]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and not proc.stderr, proc.stderr  # -Wall -Wextra -Werror: not one warning
+    lib = ctypes.CDLL(str(repo / kit.ROW_STORE_LIBRARY))
+    lib.row_store_version.restype = ctypes.c_char_p
+    assert lib.row_store_version() == b"sparkctl-lab-row-store 1"
+    lib.row_store_offset.restype = ctypes.c_int64
+    lib.row_store_offset.argtypes = [ctypes.c_uint64] * 3
+    assert lib.row_store_offset(100, 200, 101) == 4096 + 264 and lib.row_store_offset(100, 200, 200) == -1
+
+
+def test_the_simulator_accepts_the_lab_kit_once_built_as_r4_stages_it(tmp_path: Path) -> None:
+    """R4's stage() on the lab kit (extract b12x by the manifest, a library with its record) gives
+    what the simulator's Engram import requires; the two sides name the same paths."""
+    from sparkctl_sim import kit as sim_kit
+
+    repo = kit.ensure(tmp_path / "kit").path
+    assert sim_kit.check_build_products(str(repo))[1]  # not built yet: refused
+    bundle = json.loads((repo / kit.B12X_MANIFEST).read_text())
+    with tarfile.open(repo / kit.B12X_ARCHIVE) as tar:
+        for name in bundle:
+            member = tar.extractfile(name)
+            assert member is not None
+            target = repo / kit.B12X_DIR / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(member.read())
+    library = b"compiled row store\n"
+    (repo / kit.ROW_STORE_LIBRARY).write_bytes(library)
+    record = {"row_store_library_sha256": _sha(library), "image": "x"}
+    (repo / kit.ROW_STORE_RECORD).write_text(json.dumps(record))
+    summary, problems = sim_kit.check_build_products(str(repo))
+    assert problems == [] and f"{len(bundle)} b12x sources" in summary
+    assert (sim_kit.ROW_STORE_LIBRARY, sim_kit.ROW_STORE_RECORD, sim_kit.B12X_MANIFEST, sim_kit.B12X_DIR) == (
+        kit.ROW_STORE_LIBRARY, kit.ROW_STORE_RECORD, kit.B12X_MANIFEST, kit.B12X_DIR
+    )
+
+
+# --- the engine image's compiler and SGLang commit ------------------------------------------------
+
+
+def test_the_engine_image_has_gxx_and_a_new_tree_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "g++" in engine.PACKAGES
+    with_gxx = engine.tree_key()
+    monkeypatch.setattr(engine, "PACKAGES", tuple(p for p in engine.PACKAGES if p != "g++"))
+    assert engine.tree_key() != with_gxx  # a cached tree without g++ is never reused
+
+
+def test_the_engine_image_sets_the_sglang_commit_and_the_label_follows_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    changes = engine.import_changes()
+    assert f"ENV SGLANG_BUILD_COMMIT={kit.SGLANG_COMMIT}" in changes
+    assert f"ENV PATH={engine._IMAGE_PATH}" in changes and 'CMD ["sglang", "--help"]' in changes
+    tree = _fake_tree(tmp_path / "tree")
+    added = engine.added_files(tree)
+    key = engine.content_key(tree, added)
+    monkeypatch.setitem(engine.IMAGE_ENV, "SGLANG_BUILD_COMMIT", "0" * 40)
+    assert engine.content_key(tree, added) != key  # another commit is another image
+
+
+def test_the_image_tar_leaves_out_compiler_parts_a_build_never_runs(tmp_path: Path) -> None:
+    tree = _fake_tree(tmp_path / "tree")
+    kept = ("usr/lib/gcc/x86_64-linux-gnu/12/cc1plus", "usr/lib/gcc/x86_64-linux-gnu/12/libgcc.a",
+            "usr/lib/gcc/x86_64-linux-gnu/12/liblto_plugin.so", "usr/bin/x86_64-linux-gnu-g++-12",
+            "usr/bin/x86_64-linux-gnu-ld.bfd", "usr/lib/x86_64-linux-gnu/libstdc++.so.6",
+            "usr/include/c++/12/vector", "usr/bin/gpgv")
+    dropped = ("usr/lib/gcc/x86_64-linux-gnu/12/lto1", "usr/bin/x86_64-linux-gnu-lto-dump-12",
+               "usr/lib/gcc/x86_64-linux-gnu/12/libasan.a",
+               "usr/lib/gcc/x86_64-linux-gnu/12/libtsan_preinit.o",
+               "usr/lib/x86_64-linux-gnu/libubsan.so.1.0.0",
+               "usr/lib/x86_64-linux-gnu/gprofng/libgp-collector.so",
+               "usr/bin/gcov-12", "usr/bin/x86_64-linux-gnu-gp-display-html")
+    for rel in kept + dropped:
+        f = tree / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(rel)
+    out = tmp_path / "image.tar"
+    engine.write_tar(tree, engine.added_files(tree), out)
+    with tarfile.open(out) as tar:
+        names = set(tar.getnames())
+    assert set(kept) <= names
+    assert not names & set(dropped) and "usr/lib/x86_64-linux-gnu/gprofng" not in names

@@ -14,6 +14,12 @@ it serves anything, and logs the same markers while it "loads":
   recorded size with a header that matches its entry;
 - ``<--model-path>/config.json`` is a readable JSON object.
 
+Then the kit's stage-time build products, which R4's Engram backend needs at import (and R4's
+launcher checks): ``KIT_DIR/adapter/librow_store.so`` hashes to ``row_store_library_sha256`` of
+``KIT_DIR/row-store-build.json``, and ``KIT_DIR/b12x/`` holds every file of
+``KIT_DIR/vendor/b12x-source-manifest.json`` ({name: sha256}) with its digest. A missing or wrong
+product logs one line per file and the rank exits 1, as a failed import ends a real rank.
+
 Markers, in the shapes R4's ``scripts/cluster.py`` parses: ``ROCE_TP4_READY {rank, world_size}``
 and a ``ROCE_TP4_ROUTE rank=… dtype=… bytes=…`` line once the group formed (unless
 ``SGLANG4_ROCE_ALLREDUCE=0``), then one ``NVME_ENGRAM_READY {json}`` per packed layer and one
@@ -47,6 +53,12 @@ SHARD_HEADER_BYTES = 4096
 SHARD_ROW_BYTES = 264
 ENGRAM_LAYERS = (1, 14)
 HEX64 = re.compile(r"[0-9a-f]{64}")
+# The build products, at R4's paths inside the kit (scripts/cluster.py stage(), runtime/launch.py).
+ROW_STORE_LIBRARY = "adapter/librow_store.so"
+ROW_STORE_RECORD = "row-store-build.json"
+ROW_STORE_KEY = "row_store_library_sha256"
+B12X_MANIFEST = "vendor/b12x-source-manifest.json"
+B12X_DIR = "b12x"
 
 # The published MoE layout (R4): 384 routed experts in 40 target layers, 128 in 3 draft stages,
 # intermediate 2304 per expert, hidden 5120; MXFP4 packs two values per byte.
@@ -288,6 +300,79 @@ def check_kit(knobs: Knobs, cfg: ServerConfig, env: Mapping[str, str]) -> KitRep
     if problems:
         raise KitCheckFailed(problems)
     return report
+
+
+# -- build products ---------------------------------------------------------------------------
+
+
+def _read_json(path: str, what: str) -> tuple[Any, str | None]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh), None
+    except OSError as exc:
+        return None, f"{what} {path}: unreadable ({_why(exc)})"
+    except ValueError as exc:
+        return None, f"{what} {path}: not JSON ({exc})"
+
+
+def _digest_problem(what: str, path: str, want: str, source: str) -> str | None:
+    """None when ``path`` hashes to ``want``; else one line naming the file and both sides."""
+    try:
+        got = sha256_file(path)
+    except FileNotFoundError:
+        return f"{what} {path} is missing ({source} records sha256 {want})"
+    except OSError as exc:
+        return f"{what} {path} unreadable ({_why(exc)}; {source} records sha256 {want})"
+    if got != want:
+        return f"{what} {path} has sha256 {got}, {source} records {want}"
+    return None
+
+
+def _check_row_store(kit_dir: str) -> list[str]:
+    record = os.path.join(kit_dir, ROW_STORE_RECORD)
+    doc, problem = _read_json(record, "row store build record")
+    if problem:
+        return [problem + " (the kit's stage-time build writes it)"]
+    want = doc.get(ROW_STORE_KEY) if isinstance(doc, dict) else None
+    if not isinstance(want, str) or not HEX64.fullmatch(want):
+        return [f"row store build record {record}: no {ROW_STORE_KEY} (64 lower-case hex)"]
+    problem = _digest_problem("row store library", os.path.join(kit_dir, ROW_STORE_LIBRARY), want, record)
+    return [problem] if problem else []
+
+
+def _check_b12x(kit_dir: str) -> tuple[int, list[str]]:
+    manifest = os.path.join(kit_dir, B12X_MANIFEST)
+    doc, problem = _read_json(manifest, "b12x source manifest")
+    if problem:
+        return 0, [problem]
+    if not isinstance(doc, dict) or not doc:
+        return 0, [f"b12x source manifest {manifest}: expected a non-empty object {{name: sha256}}"]
+    problems = []
+    for name, want in doc.items():
+        parts = name.split("/")
+        if os.path.isabs(name) or ".." in parts or not name.strip("/."):
+            problems.append(f"b12x source manifest {manifest}: {name!r} is not a path inside {B12X_DIR}/")
+        elif not isinstance(want, str) or not HEX64.fullmatch(want):
+            problems.append(f"b12x source manifest {manifest}: {name} has no sha256 (64 lower-case hex)")
+        else:
+            more = _digest_problem("b12x source", os.path.join(kit_dir, B12X_DIR, name), want, manifest)
+            problems += [more] if more else []
+    return len(doc), problems
+
+
+def check_build_products(kit_dir: str) -> tuple[str, list[str]]:
+    """The kit's stage-time build products, as the Engram backend's import needs them.
+
+    Returns (one log line saying what was checked, problems: one line per file, each naming it).
+    """
+    problems = _check_row_store(kit_dir)
+    count, more = _check_b12x(kit_dir)
+    problems += more
+    summary = (
+        f"simulated Engram backend import: {os.path.join(kit_dir, ROW_STORE_LIBRARY)} matches "
+        f"{ROW_STORE_RECORD}; {count} b12x sources in {os.path.join(kit_dir, B12X_DIR)} match {B12X_MANIFEST}"
+    )
+    return summary, problems
 
 
 # -- markers ------------------------------------------------------------------------------------

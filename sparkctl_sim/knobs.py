@@ -56,8 +56,9 @@ KNOBS: tuple[Knob, ...] = (
         "SPARKCTL_SIM_KIT_DIR",
         "",
         "absolute path where the serving kit is mounted; set, the simulator runs the kit launcher's "
-        "checks (simulated) before it may become ready and prints the kit's readiness markers; unset, "
-        "no kit checks",
+        "checks (simulated) and requires the kit's build products (adapter/librow_store.so as "
+        "row-store-build.json records it, b12x/ as vendor/b12x-source-manifest.json lists it) before "
+        "it may become ready, and prints the kit's readiness markers; unset, no kit checks",
     ),
     Knob(
         "SPARKCTL_SIM_KIT_MANIFEST",

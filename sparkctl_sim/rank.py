@@ -4,7 +4,8 @@ Usage: ``sparkctl-sim-rank [serve] <the SGLang argv>`` with the environment a re
 simulator's own knobs are ``SPARKCTL_SIM_*`` environment variables (``--sim-help`` lists them).
 
 Lifecycle: with ``SPARKCTL_SIM_KIT_DIR`` set, first the serving kit launcher's checks (simulated,
-``sparkctl_sim.kit``: a failure logs what is wrong and exits 1 without serving) → bind HTTP
+``sparkctl_sim.kit``: a failure logs what is wrong and exits 1 without serving), then the kit's
+build products its Engram backend imports (one line per missing or wrong file, exit 1) → bind HTTP
 (answers 503 until ready) → rendezvous at --dist-init-addr → "load" (boot delay, memory held; the
 kit's readiness markers) → workers report ready, rank 0 warms up and logs "The server is fired up
 and ready to roll!". SIGTERM on rank 0 drains in-flight requests (at once with SGL_FORCE_SHUTDOWN=1 or
@@ -27,6 +28,7 @@ from sparkctl_sim.config import PROG, ArgError, ServerConfig, parse_argv
 from sparkctl_sim.kit import (
     KitCheckFailed,
     KitReport,
+    check_build_products,
     check_kit,
     engram_markers,
     moe_layout_marker,
@@ -229,6 +231,12 @@ class RankProcess:
                 )
                 return 1
             self.log.info(self.kit.summary())
+            summary, problems = check_build_products(self.knobs.kit_dir)
+            for problem in problems:
+                self.log.error(f"simulated Engram backend import failed, nothing served: {problem}")
+            if problems:
+                return 1
+            self.log.info(summary)
         host, port = str(cfg["host"]), int(cfg["port"])
         try:
             self.http = SimHTTPServer((host, port), self)

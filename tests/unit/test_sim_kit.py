@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from sparkctl_sim.config import ArgError, ServerConfig, parse_argv
 from sparkctl_sim.kit import (
     KitCheckFailed,
     KitReport,
+    check_build_products,
     check_kit,
     engram_markers,
     moe_layout_marker,
@@ -45,6 +47,11 @@ OVERLAYS = {
     "python/sglang/kernels/ops/attention/dsv4/indexer_postprocess.py": b"# new file\n",
 }
 MARKERS = ("NVME_ENGRAM_READY", "ROCE_TP4_READY", "ROCE_TP4_ROUTE", "DSPARK_MOE_LAYOUT")
+# The kit's stage-time build products (R4 scripts/cluster.py stage()): a library, its record, and
+# the extracted b12x sources with their manifest.
+LIBRARY = b"\x7fELF stand-in for the compiled row store\n"
+B12X = {"README.md": b"b12x\n", "b12x/moe.py": b"BLOCK_M = 128\n"}
+ANOTHER_BUILD, CHANGED = b"another build\n", b"changed\n"
 
 
 def sha(data: bytes) -> str:
@@ -101,6 +108,16 @@ def make_kit(tmp: Path, ckpt: dict[str, Any], ranks: tuple[int, ...] = (1,), tp:
     (kit_dir / "patches" / "manifest.json").write_text(json.dumps(manifest, indent=2))
     (kit_dir / "adapter").mkdir()
     (kit_dir / "adapter" / "sitecustomize.py").write_text("# the kit's import hooks\n")
+    (kit_dir / "adapter" / "librow_store.so").write_bytes(LIBRARY)
+    (kit_dir / "row-store-build.json").write_text(
+        json.dumps({"row_store_library_sha256": sha(LIBRARY), "image": "sha256:" + "0" * 64})
+    )
+    (kit_dir / "vendor").mkdir()
+    b12x_manifest = {name: sha(body) for name, body in B12X.items()}
+    (kit_dir / "vendor" / "b12x-source-manifest.json").write_text(json.dumps(b12x_manifest))
+    for name, body in B12X.items():
+        (kit_dir / "b12x" / name).parent.mkdir(parents=True, exist_ok=True)
+        (kit_dir / "b12x" / name).write_bytes(body)
     for rank in ranks:
         res = dsv41en1.pack_rank(ckpt["dir"], str(packed), rank, tp, margin_bytes=0)
         assert res.verified, res.problems
@@ -304,6 +321,90 @@ def test_several_problems_are_reported_together(kit: Kit) -> None:
     assert [p.split(" ")[0] for p in problems] == ["overlay", "adapter", "packed"]
 
 
+# -- the build products the Engram backend imports
+
+
+def _json_at(rel: str, doc: object) -> Callable[[Kit], None]:
+    def change(k: Kit) -> None:
+        (k.kit_dir / rel).write_text(json.dumps(doc))
+
+    return change
+
+
+# (id, change, expected problem line; {kit} filled in)
+BUILD_FAILURES: list[tuple[str, Callable[[Kit], None], str]] = [
+    (
+        "library-missing",
+        lambda k: (k.kit_dir / "adapter" / "librow_store.so").unlink(),
+        "row store library {kit}/adapter/librow_store.so is missing ({kit}/row-store-build.json records "
+        f"sha256 {sha(LIBRARY)})",
+    ),
+    (
+        "library-of-another-build",
+        lambda k: (k.kit_dir / "adapter" / "librow_store.so").write_bytes(ANOTHER_BUILD),
+        f"row store library {{kit}}/adapter/librow_store.so has sha256 {sha(ANOTHER_BUILD)}, "
+        f"{{kit}}/row-store-build.json records {sha(LIBRARY)}",
+    ),
+    (
+        "record-missing",
+        lambda k: (k.kit_dir / "row-store-build.json").unlink(),
+        "row store build record {kit}/row-store-build.json: unreadable (No such file or directory)",
+    ),
+    (
+        "record-without-digest",
+        _json_at("row-store-build.json", {"image": "x"}),
+        "row store build record {kit}/row-store-build.json: no row_store_library_sha256",
+    ),
+    (
+        "b12x-file-missing",
+        lambda k: (k.kit_dir / "b12x" / "b12x" / "moe.py").unlink(),
+        "b12x source {kit}/b12x/b12x/moe.py is missing ({kit}/vendor/b12x-source-manifest.json records "
+        f"sha256 {sha(B12X['b12x/moe.py'])})",
+    ),
+    (
+        "b12x-file-changed",
+        lambda k: (k.kit_dir / "b12x" / "README.md").write_bytes(CHANGED),
+        f"b12x source {{kit}}/b12x/README.md has sha256 {sha(CHANGED)}, "
+        f"{{kit}}/vendor/b12x-source-manifest.json records {sha(B12X['README.md'])}",
+    ),
+    (
+        "b12x-never-extracted",
+        lambda k: shutil.rmtree(k.kit_dir / "b12x"),
+        "b12x source {kit}/b12x/README.md is missing",
+    ),
+    (
+        "b12x-manifest-missing",
+        lambda k: (k.kit_dir / "vendor" / "b12x-source-manifest.json").unlink(),
+        "b12x source manifest {kit}/vendor/b12x-source-manifest.json: unreadable (No such file or directory)",
+    ),
+    (
+        "b12x-manifest-escapes",
+        _json_at("vendor/b12x-source-manifest.json", {"../row-store-build.json": "0" * 64}),
+        "b12x source manifest {kit}/vendor/b12x-source-manifest.json: '../row-store-build.json' is not "
+        "a path inside b12x/",
+    ),
+]
+
+
+def test_good_build_products_pass_and_the_summary_names_them(kit: Kit) -> None:
+    summary, problems = check_build_products(str(kit.kit_dir))
+    assert problems == []
+    assert f"{kit.kit_dir}/adapter/librow_store.so matches row-store-build.json" in summary
+    assert f"2 b12x sources in {kit.kit_dir}/b12x match" in summary
+    assert not any(m in summary for m in MARKERS)
+
+
+@pytest.mark.parametrize("change,expected", [(c, e) for _, c, e in BUILD_FAILURES],
+                         ids=[i for i, _, _ in BUILD_FAILURES])
+def test_each_missing_or_wrong_build_product_is_named(kit: Kit, change: Callable[[Kit], None],
+                                                      expected: str) -> None:
+    change(kit)
+    _summary, problems = check_build_products(str(kit.kit_dir))
+    assert any(p.startswith(expected.format(kit=kit.kit_dir)) for p in problems), problems
+    # the launcher's own checks are not what failed
+    kit.check()
+
+
 # -- markers, judged as the publisher's own launcher judges them (R4 scripts/cluster.py layout())
 
 
@@ -427,6 +528,14 @@ def test_a_rank_with_a_good_kit_logs_the_markers_the_gates_count(kit1: Kit, tmp_
     assert counts["DSPARK_MOE_LAYOUT"] == 1 and counts["The server is fired up and ready to roll!"] == 1
     assert "ROCE_TP4_ROUTE rank=0 dtype=" in log
     assert "simulated kit launcher checks passed" in log
+    assert f"{kit1.kit_dir}/adapter/librow_store.so matches row-store-build.json" in log
+    # the log lines themselves parse as R4's layout() parses them (JSON to the end of the line)
+    layout = _records(log.splitlines(), "DSPARK_MOE_LAYOUT")[-1]
+    assert len(layout["target"]) == 40 and len(layout["draft"]) == 3
+    engram = _records(log.splitlines(), "NVME_ENGRAM_READY")
+    assert {x["layer"] for x in engram} == {1, 14}
+    assert all(x["rank"] == 0 and x["tp_size"] == 1 for x in engram)
+    assert _records(log.splitlines(), "ROCE_TP4_READY") == [{"rank": 0, "world_size": 1}]
     for line in log.splitlines():
         assert SIM_TAG in line  # every line still says it comes from the simulator
     # the markers come while the rank "loads", before it says it is ready
@@ -441,6 +550,21 @@ def test_a_rank_with_a_tampered_overlay_exits_1_without_serving(kit1: Kit, tmp_p
     assert len(errors) == 1
     assert f"{kit1.target}/{MODEL_REL} has sha256 {sha(data)}" in errors[0]
     assert f"expected after_sha256 {sha(OVERLAYS[MODEL_REL])}" in errors[0]
+    assert "HTTP on" not in log and not any(m in log for m in MARKERS)
+
+
+def test_a_rank_without_its_build_products_exits_1_naming_each_file(kit1: Kit, tmp_path: Path) -> None:
+    (kit1.kit_dir / "adapter" / "librow_store.so").unlink()
+    (kit1.kit_dir / "b12x" / "README.md").write_bytes(CHANGED)
+    code, log = _run_rank(kit1, kit1.env, tmp_path)
+    assert code == 1, log
+    errors = [line for line in log.splitlines() if "ERROR" in line]
+    assert len(errors) == 2, log
+    assert f"{kit1.kit_dir}/adapter/librow_store.so is missing" in errors[0]
+    assert f"{kit1.kit_dir}/b12x/README.md has sha256 {sha(CHANGED)}" in errors[1]
+    for line in errors:
+        assert SIM_TAG in line and "import failed" in line
+    assert "simulated kit launcher checks passed" in log  # the launcher's checks came first and passed
     assert "HTTP on" not in log and not any(m in log for m in MARKERS)
 
 

@@ -55,6 +55,9 @@ def status_table(snap: verdict.Snapshot) -> Table:
         up_s = f.unit.get("up_s")
         if state == "active" and up_s is not None:
             unit += f" {int(up_s)}s"
+        faults = snap.faults.get(f.name)
+        if faults:  # OOM-killed or restarted, in words (verdict.rank_faults)
+            unit += " [red]" + escape("; ".join(faults)) + "[/red]"
         links = []
         for dev, link in (f.data.get("links") or {}).items():
             if not link.get("present"):

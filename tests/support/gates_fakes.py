@@ -84,7 +84,9 @@ def clean_upcheck(cluster: Any, entry: dict[str, Any], image_id: str = "sha256:"
     modes = entry["file_modes"]
     out: dict[str, Any] = {
         "mode": "upcheck",
-        "files": {p: {"file": True, "dir": False, "mode": modes[p], "uid": 0, "gid": 0, "digest": want[p]}
+        # The pre-start script is copied by the role (0644), not rendered into the plan's files.
+        "files": {p: {"file": True, "dir": False, "mode": modes.get(p, "0644"), "uid": 0, "gid": 0,
+                      "digest": want[p]}
                   for p in fastup.installed_files(entry)},
         "dirs": {d: {"file": False, "dir": True, "mode": m or "0755", "uid": 0, "gid": 0}
                  for d, m in fastup.required_dirs(cluster, entry).items()},
@@ -312,3 +314,43 @@ class FakeClock:
 
     def sleep(self, seconds: float) -> None:
         self.now += seconds
+
+
+# --- the serving kit's readiness markers, as a good rank logs them --------------------------------
+
+READY_LINE = "The server is fired up and ready to roll!"
+
+
+def engram_line(rank: int, layer: int, /, **changed: Any) -> str:
+    """One ``NVME_ENGRAM_READY`` line in the fields R4's kit prints (``changed`` replaces some)."""
+    doc = {"layer": layer, "rank": rank, "tp_size": 4, "packed": True, "empty_weight_parameters": True,
+           "cache_bytes": 0, "scale_bytes": 0, "rows": [0, 10], "path": f"/engram/engram-l{layer}-r{rank}of4.bin"}
+    doc.update(changed)
+    return "NVME_ENGRAM_READY " + json.dumps(doc)
+
+
+def kit_lines(rank: int, roce: bool = True) -> list[str]:
+    """A good TP4/EP4 rank's marker lines: RoCE and MoE layout from the lab simulator's own marker
+    code, Engram lines as R4's kit prints them, and SGLang's ready line on rank 0."""
+    from sparkctl_sim.config import parse_argv
+    from sparkctl_sim.kit import moe_layout_marker, roce_markers
+
+    cfg = parse_argv(["serve", "--model-path", "/m", "--tp-size", "4", "--ep-size", "4", "--nnodes", "4",
+                      "--node-rank", str(rank), "--dist-init-addr", "127.0.0.1:1",
+                      "--speculative-algorithm", "DSPARK", "--moe-runner-backend", "flashinfer_mxfp4",
+                      "--speculative-moe-runner-backend", "flashinfer_mxfp4"])
+    lines = roce_markers(cfg, {"SGLANG4_ROCE_ALLREDUCE": "1" if roce else "0"})
+    lines += [engram_line(rank, 1), engram_line(rank, 14), moe_layout_marker(cfg)]
+    if rank == 0:
+        lines.append(READY_LINE)
+    return [f"[sim rank {rank}] {line}" for line in lines]
+
+
+def marker_reading(markers: list[Any], lines: list[str]) -> tuple[dict[str, int], dict[str, list[str]]]:
+    """What the node probe's markers mode reads from these log lines for the profile's markers."""
+    from sparkctl.nodeside.probe import match_lines
+
+    patterns = sorted({m.pattern for m in markers} | {r for m in markers for r in m.requires})
+    records = [m.pattern for m in markers if m.record is not None]
+    counts, texts = match_lines("\n".join(lines), patterns, records)
+    return counts, texts

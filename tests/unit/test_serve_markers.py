@@ -9,46 +9,37 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.gates_fakes import API_KEY, FakeApi, FakeClock, FakeNodes, container_site
+from support.gates_fakes import (
+    API_KEY,
+    FakeApi,
+    FakeClock,
+    FakeNodes,
+    container_site,
+    engram_line,
+    kit_lines,
+    marker_reading,
+)
 
 from sparkctl.errors import InputError
-from sparkctl.nodeside.probe import match_lines
 from sparkctl.profiles import load_profile
 from sparkctl.serve import bootwatch
 from sparkctl.serve.bootwatch import RankContext, RankLog, marker_problems
-from sparkctl_sim.config import parse_argv
-from sparkctl_sim.kit import moe_layout_marker, roce_markers
 
-READY = "The server is fired up and ready to roll!"
 ROCE_ON = {"SGLANG4_ROCE_ALLREDUCE": "1"}
 
 
 def _engram(rank: int, layer: int, /, **changed: Any) -> str:
-    doc = {"layer": layer, "rank": rank, "tp_size": 4, "packed": True, "empty_weight_parameters": True,
-           "cache_bytes": 0, "scale_bytes": 0, "rows": [0, 10], "path": f"/engram/engram-l{layer}-r{rank}of4.bin"}
-    doc.update(changed)
-    return "NVME_ENGRAM_READY " + json.dumps(doc)
+    return engram_line(rank, layer, **changed)
 
 
 def _good_lines(rank: int, env: dict[str, str] | None = None) -> list[str]:
-    """What the lab's simulator logs for this rank (its own marker code), Engram lines as R4's kit."""
-    cfg = parse_argv(["serve", "--model-path", "/m", "--tp-size", "4", "--ep-size", "4", "--nnodes", "4",
-                      "--node-rank", str(rank), "--dist-init-addr", "127.0.0.1:1",
-                      "--speculative-algorithm", "DSPARK", "--moe-runner-backend", "flashinfer_mxfp4",
-                      "--speculative-moe-runner-backend", "flashinfer_mxfp4"])
-    lines = roce_markers(cfg, env if env is not None else ROCE_ON)
-    lines += [_engram(rank, 1), _engram(rank, 14), moe_layout_marker(cfg)]
-    if rank == 0:
-        lines.append(READY)
-    return [f"[sim rank {rank}] {line}" for line in lines]
+    return kit_lines(rank, roce=(env if env is not None else ROCE_ON).get("SGLANG4_ROCE_ALLREDUCE") == "1")
 
 
 def _problems(lines: list[str], rank: int = 2, env: dict[str, str] | None = None,
               profile: str = "r4-nvme") -> list[str]:
     markers = list(load_profile(profile).gates.log_markers)
-    patterns = sorted({m.pattern for m in markers} | {r for m in markers for r in m.requires})
-    records = [m.pattern for m in markers if m.record is not None]
-    counts, texts = match_lines("\n".join(lines), patterns, records)  # the node probe's own reading
+    counts, texts = marker_reading(markers, lines)  # the node probe's own reading
     ctx = RankContext(rank, 4, 4, env if env is not None else ROCE_ON)
     return marker_problems(markers, RankLog(counts, texts), ctx, has_kit=True)
 
@@ -192,11 +183,9 @@ def _boot(tmp_path: Path, lines: dict[str, list[str]]) -> tuple[bootwatch.BootWa
     cluster, doc = container_site(tmp_path)
     nodes = FakeNodes([n.name for n in cluster.nodes], {n.name: n.rank for n in cluster.nodes})
     markers = list(cluster.profile.gates.log_markers)
-    patterns = sorted({m.pattern for m in markers} | {r for m in markers for r in m.requires})
-    records = [m.pattern for m in markers if m.record is not None]
     for name, st in nodes.state.items():
         st.unit = "active"
-        st.markers, st.marker_lines = match_lines("\n".join(lines[name]), patterns, records)
+        st.markers, st.marker_lines = marker_reading(markers, lines[name])
     api = FakeApi(cluster, doc)
     clock = FakeClock()
     watch = bootwatch.BootWatch(cluster, doc, nodes, api.client(), API_KEY, record_dir=tmp_path / "rec",

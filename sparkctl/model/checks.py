@@ -409,7 +409,8 @@ def _check_kit(d: Draft, p: Problems, rt: Runtime, prof: Profile) -> None:
     elif prof.kit.entrypoint == "launcher" and "api_key" in (d.get("sparkctl_secrets") or {}):
         p.add("sparkctl_profile_overrides.kit.entrypoint",
               "the kit's launcher builds SGLang's arguments itself and cannot pass the API key",
-              "keep entrypoint engine (sparkctl's argv, API key from a 0600 file), "
+              "keep entrypoint engine: it makes the launcher's kit checks too (sparkctl's pre-start in the "
+              "rank's container) and passes the API key from a 0600 file; "
               "or remove sparkctl_secrets.api_key and rely on sparkctl_api_allow")
     elif rt.image_source == "build" and prof.kit.dockerfile is None:
         p.add("sparkctl_runtime.image_source", f"the kit of {prof.name} has no Dockerfile to build",

@@ -381,6 +381,10 @@ class Kit(_Strict):
         default_factory=list, description="kit directories that must be on PYTHONPATH"
     )
     dockerfile: str | None = Field(None, description="Dockerfile inside the kit (image_source: build)")
+    # The kit's lock file (R4's versions.lock.json: runtime configuration, checkpoint config, SGLang
+    # commit and adapter digests), checked in the rank's container before the engine starts
+    # (sparkctl.nodeside.prestart). Without one the pre-start checks only the overlays.
+    lock: str | None = Field(None, description="the kit's lock file (pinned digests), inside the kit")
     files: list[KitFile] = Field(default_factory=list)
     # engine: the container runs `sglang serve <argv>` as sparkctl renders it (the API key through
     # --config). launcher: it runs the kit's own launcher (``launcher``, ``${rank}`` filled), which
@@ -399,7 +403,7 @@ class Kit(_Strict):
     def _abs(cls, v: str) -> str:
         return _absolute(v)
 
-    @field_validator("manifest", "overlay_source", "dockerfile")
+    @field_validator("manifest", "overlay_source", "dockerfile", "lock")
     @classmethod
     def _rel(cls, v: str | None) -> str | None:
         return None if v is None else _relative(v)

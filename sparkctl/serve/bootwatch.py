@@ -13,6 +13,7 @@ import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 from sparkctl.model.redaction import strip_secrets
+from sparkctl.nodeside import prestart
 from sparkctl.profiles import LogMarker, fill_marker_value, marker_vars
 from sparkctl.render import kit
 from sparkctl.render.rank import api_url, served_model_name
@@ -29,6 +30,10 @@ SAMPLE_INTERVAL_S = 2.0   # memory guard and unit states, every node
 POLL_INTERVAL_S = 0.5     # HTTP gates between samples
 LOG_TAIL_LINES = 30
 LOG_LINE_CHARS = 240      # a log line shown with a failure is cut here (a rank prints JSON lines of kB)
+PRESTART_GATE = "kit pre-start checks"
+PRESTART_LINES = 400      # pre-start lines read back from a rank's journal (one per failed check)
+# Gates at which a rank's unit is found failed or gone: its container may have stopped in the pre-start.
+UNIT_EXIT_GATES = ("unit active", "rank unit exited")
 
 
 # --- the boot watch -----------------------------------------------------------------------------
@@ -56,6 +61,30 @@ def shown_tail(text: str, lines: int = LOG_TAIL_LINES, width: int = LOG_LINE_CHA
     with the count of what was cut: one long line must not push the rest of the failure off screen."""
     return [ln if len(ln) <= width else f"{ln[:width]}… (+{len(ln) - width} chars)"
             for ln in text.splitlines()[-lines:]]
+
+
+def prestart_failures(journal: str) -> list[str]:
+    """The failed-check lines of the rank's last pre-start (sparkctl.nodeside.prestart) in a journal
+    excerpt, with its closing summary; empty when it passed or never ran. Only what follows the last
+    ``BEGIN`` line counts: an earlier start's failures are not this one's."""
+    lines = [ln.strip() for ln in journal.splitlines() if prestart.PREFIX in ln]
+    last = max((i for i, ln in enumerate(lines) if prestart.BEGIN in ln), default=-1)
+    ours = [ln[ln.index(prestart.PREFIX):] for ln in lines[last + 1:]]
+    if not any(ln.startswith(prestart.FAIL) for ln in ours):
+        return []
+    return [ln for ln in ours if ln.startswith((prestart.FAIL, prestart.STOPPED))]
+
+
+def prestart_summary(lines: list[str]) -> str:
+    """``N check(s) failed (check x count, …)``, from the failed-check lines."""
+    counts: dict[str, int] = {}
+    for ln in lines:
+        if ln.startswith(prestart.FAIL):
+            check = ln[len(prestart.FAIL):].split()[0]
+            counts[check] = counts.get(check, 0) + 1
+    total = sum(counts.values())
+    parts = ", ".join(f"{name} x{n}" if n > 1 else name for name, n in counts.items())
+    return f"{total} check{'s' if total != 1 else ''} failed ({parts})"
 
 
 PHASES = ("unit", "health", "ready", "server_info", "markers", "chat", "qualify")
@@ -191,14 +220,34 @@ class BootWatch:
         res = self.fleet.run({node: cmd}, timeout=15, only=[node])[node]
         return res.stdout.strip() if res.reachable else f"(log unavailable: {res.error})"
 
+    def prestart_lines(self, node: str) -> list[str]:
+        """The failed checks of the node's last pre-start, read from its rank unit's journal."""
+        cmd = (f"journalctl -u {self.unit} --no-pager -o cat -n 20000 2>&1 "
+               f"| grep -F {prestart.PREFIX} | tail -n {PRESTART_LINES} || true\n")
+        res = self.fleet.run({node: cmd}, timeout=15, only=[node])[node]
+        return prestart_failures(res.stdout) if res.reachable else []
+
     def fail(self, gate: str, node: str | None, detail: str, phase: str | None = None) -> GateFailure:
+        if node is not None and gate in UNIT_EXIT_GATES and kit.enabled(self.cluster):
+            checks = self.prestart_lines(node)
+            if checks:
+                # The container stopped before the engine: the kit differs from its pins. Those
+                # lines are the reason, not the engine's log (there is none) nor rank 0's.
+                detail = (f"{prestart_summary(checks)} in the rank's container; the engine was not "
+                          f"started ({detail})")
+                return self._failed(PRESTART_GATE, node, detail, phase, "\n".join(checks), with_head=False)
+        return self._failed(gate, node, detail, phase)
+
+    def _failed(self, gate: str, node: str | None, detail: str, phase: str | None = None,
+                tail: str | None = None, with_head: bool = True) -> GateFailure:
         if node is not None and phase is not None:
             self.state.rows[node].phases[phase] = FAIL
             self.state.rows[node].note = detail[:80]
         self._emit()
-        tail = self.log_tail(node) if node is not None else ""
+        if tail is None:
+            tail = self.log_tail(node) if node is not None else ""
         head = self.cluster.head.name
-        head_tail = self.log_tail(head) if node is not None and node != head else ""
+        head_tail = self.log_tail(head) if with_head and node is not None and node != head else ""
         self._record("boot-state.json", {"status": "FAILED", "gate": gate, "node": node, "detail": detail,
                                          "min_mem_available": self.min_seen})
         return GateFailure(gate, node, detail, tail, head if head_tail else None, head_tail)

@@ -32,14 +32,14 @@ import shlex
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from sparkctl.ansible.roledefaults import role_default
 from sparkctl.errors import SparkctlError
 from sparkctl.nodeside import images as images_
 from sparkctl.nodeside import kit as nodekit
-from sparkctl.nodeside import ship
+from sparkctl.nodeside import prestart, ship
 from sparkctl.render.common import RANK_UNIT_NAME
 from sparkctl.render.rank import start_waves
 from sparkctl.serve import probe
@@ -74,10 +74,12 @@ def check_script(params: Mapping[str, Any]) -> str:
 
 
 def installed_files(entry: Mapping[str, Any]) -> list[str]:
-    """Every file the spark_rank role's install writes on this node: unit, env, secrets, kit files."""
+    """Every file the spark_rank role's install writes on this node: unit, env, secrets, kit files,
+    and the kit's pre-start checks the rank's container runs first."""
     rl = probe.launch(entry)
     unit = f"/etc/systemd/system/{rl.get('unit_name', RANK_UNIT_NAME)}"
-    return [unit, *probe.rank_files(entry), *(rl.get("kit_files") or [])]
+    prestart_ = [str(rl["prestart"])] if rl.get("prestart") else []
+    return [unit, *probe.rank_files(entry), *(rl.get("kit_files") or []), *prestart_]
 
 
 def expected_digests(cluster: Cluster, entry: Mapping[str, Any]) -> dict[str, str]:
@@ -88,6 +90,10 @@ def expected_digests(cluster: Cluster, entry: Mapping[str, Any]) -> dict[str, st
     for path in probe.launch(entry).get("kit_files") or []:
         text = str(entry.get("files", {}).get(path, ""))
         out[path] = hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
+    if probe.launch(entry).get("prestart"):
+        # The role copies sparkctl/nodeside/prestart.py itself: the same bytes as this package's.
+        source = Path(prestart.__file__).read_bytes()
+        out[str(probe.launch(entry)["prestart"])] = hmac.new(key, source, hashlib.sha256).hexdigest()
     return out
 
 

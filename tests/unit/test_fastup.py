@@ -39,7 +39,18 @@ def test_nodes_holding_what_the_playbook_installs_take_the_fast_path(site: Any) 
     entry = doc["nodes"][1]
     assert fastup.installed_files(entry) == [
         "/etc/systemd/system/sparkctl-rank.service", "/etc/sparkctl/rank.env",
-        "/etc/sparkctl/rank-secrets.yaml", "/srv/sparkctl/run/kit-files/profile.json"]
+        "/etc/sparkctl/rank-secrets.yaml", "/srv/sparkctl/run/kit-files/profile.json", PRESTART]
+
+
+def test_the_prestart_is_checked_against_the_file_the_role_copies(site: Any) -> None:
+    """The spark_rank role copies roles/spark_rank/files/nodeside/prestart.py; the fast path expects
+    exactly those bytes (keyed), so a node holding an older copy takes the playbook."""
+    cluster, doc = site
+    entry = doc["nodes"][0]
+    role_copy = Path(__file__).resolve().parents[2] / "roles/spark_rank/files/nodeside/prestart.py"
+    key = bytes.fromhex(probe.HASH_KEY)
+    want = hmac.new(key, role_copy.read_bytes(), hashlib.sha256).hexdigest()
+    assert fastup.expected_digests(cluster, entry)[PRESTART] == want
 
 
 def _set(ans: dict[str, Any], node: str, path: list[str], value: Any) -> None:
@@ -51,6 +62,7 @@ def _set(ans: dict[str, Any], node: str, path: list[str], value: Any) -> None:
 
 ENV, SECRETS, KIT_FILE = "/etc/sparkctl/rank.env", "/etc/sparkctl/rank-secrets.yaml", \
     "/srv/sparkctl/run/kit-files/profile.json"
+PRESTART = "/opt/sparkctl/rank/prestart.py"  # the kit's pre-start checks (render.rank.PRESTART_SCRIPT)
 
 
 @pytest.mark.parametrize(("path", "value", "reason"), [
@@ -59,6 +71,8 @@ ENV, SECRETS, KIT_FILE = "/etc/sparkctl/rank.env", "/etc/sparkctl/rank-secrets.y
     (["files", KIT_FILE, "digest"], "f" * 64, f"spark-2: {KIT_FILE} differs from the rendered file"),
     (["files", ENV, "mode"], "0644", f"spark-2: {ENV} has mode 0644, rendered 0600"),
     (["files", ENV, "uid"], 1000, f"spark-2: {ENV} is owned by 1000:0, not root"),
+    (["files", PRESTART, "digest"], "e" * 64, f"spark-2: {PRESTART} differs from the rendered file"),
+    (["files", PRESTART], None, f"spark-2: {PRESTART} is not installed"),
     (["dirs", "/etc/sparkctl", "mode"], "0755", "spark-2: directory /etc/sparkctl has mode 0755, want 0700"),
     (["dirs", "/srv/sparkctl/run/state"], None, "spark-2: directory /srv/sparkctl/run/state is missing"),
     (["unit", "NeedDaemonReload"], "yes", "spark-2: systemd has not loaded the installed unit"),

@@ -105,7 +105,20 @@ def test_container_invocation(example: Any) -> None:
         assert part in words, part
     image = cmd[cmd.index("--entrypoint") + 2]
     assert image == example.runtime.image
-    assert cmd[cmd.index("--entrypoint") + 3 :] == rank.rank_argv(example, example.node("spark-1"))[1:]
+    # With the kit mounted, the container runs the kit's pre-start checks, then the rank's argv.
+    argv = rank.rank_argv(example, example.node("spark-1"))
+    checks = rank.prestart_command(example, argv)
+    assert cmd[cmd.index("--entrypoint") + 1] == checks[0] == "python3"
+    assert cmd[cmd.index("--entrypoint") + 3 :] == [*checks[1:], *argv]
+
+
+def test_container_invocation_without_a_kit_runs_the_engine_directly(example: Any) -> None:
+    bare = example.model_copy(update={"kit": None})
+    cmd = rank.container_command(bare, bare.node("spark-1"))
+    i = cmd.index("--entrypoint")
+    assert [cmd[i + 1], *cmd[i + 3 :]] == rank.rank_argv(bare, bare.node("spark-1"))
+    assert not any(rank.CONTAINER_PRESTART in w for w in cmd)
+    assert rank.rank_launch(bare, bare.node("spark-1")).as_json().get("prestart") is None
 
 
 def test_lab_argv_differs_from_venv_only_in_program(example: Any) -> None:

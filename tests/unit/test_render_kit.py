@@ -93,8 +93,11 @@ def test_the_kits_launcher_as_entry_point_keeps_the_mounts(example: Any) -> None
     node = site.node("spark-3")
     cmd = rank.container_command(site, node)
     i = cmd.index("--entrypoint")
-    launch = ["/opt/sglang4/runtime/launch.py", "--rank", "3"]
-    assert cmd[i:] == ["--entrypoint", "python3", site.runtime.image, *launch]
+    launch = ["python3", "/opt/sglang4/runtime/launch.py", "--rank", "3"]
+    # The kit launcher's own checks run first here too (the same pre-start as the engine entry point).
+    checks = rank.prestart_command(site, rank.rank_argv(site, node))
+    assert checks[0] == "python3" and checks[-1] == "--"
+    assert cmd[i:] == ["--entrypoint", checks[0], site.runtime.image, *checks[1:], *launch]
     assert cmd[:i] == rank.container_command(example, node)[:i]
 
 

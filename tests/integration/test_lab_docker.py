@@ -4,6 +4,9 @@ beside Docker's own rules (SSH still gets in, neither removes the other's table)
 
 from __future__ import annotations
 
+import base64
+import json
+import shlex
 import subprocess
 from typing import Any
 
@@ -40,6 +43,37 @@ def test_the_head_runs_the_base_image_offline(lab: Any) -> None:
     limits = lab.ssh(head, f"docker run --rm --pull never --cap-add IPC_LOCK --ulimit memlock=8388608 "
                            f"--ulimit nofile=20000:20000 {BASE} sh -c 'ulimit -l; ulimit -n'").stdout.split()
     assert limits == ["8192", "20000"]
+
+
+def test_the_base_image_builds_the_kit_row_store_as_r4_does_and_names_its_commit(lab: Any) -> None:
+    """What `stage kit` needs of the engine image (R4 scripts/cluster.py stage()): g++ as the
+    entrypoint compiles adapter/row_store.cpp under -Wall -Wextra -Werror with the kit bound at
+    /opt/sglang4, offline; and SGLANG_BUILD_COMMIT is the lock's sglang_commit (runtime/launch.py)."""
+    from sparkctl_lab import kit
+
+    head = lab.nodes[0]
+    offline = "docker run --rm --network none --pull never"
+    assert lab.ssh(head, f"{offline} {BASE} printenv SGLANG_BUILD_COMMIT").stdout.strip() == kit.SGLANG_COMMIT
+    lock = json.loads(kit.files()[kit.LOCK])
+    assert lock["sglang_commit"] == kit.SGLANG_COMMIT
+    work = "/tmp/sparkctl-row-store-test"
+    source = base64.b64encode(kit.files()[kit.ROW_STORE_SOURCE]).decode()
+    dst = f"{work}/{kit.ROW_STORE_SOURCE}"
+    lab.ssh(head, f"rm -rf {work} && mkdir -p {work}/adapter && echo {source} | base64 -d > {dst}")
+    try:
+        mount = f"type=bind,src={work},dst={kit.KIT_MOUNT}"
+        build = ["docker", "run", "--rm", "--network", "none", "--pull", "never", "--mount", mount,
+                 "--entrypoint", kit.ROW_STORE_BUILD[0], BASE, *kit.ROW_STORE_BUILD[1:]]
+        proc = lab.ssh(head, shlex.join(build), check=False, timeout=180)
+        assert proc.returncode == 0 and "warning" not in proc.stderr.lower(), proc.stderr[-2000:]
+        probe = (
+            "import ctypes; lib = ctypes.CDLL('/opt/sglang4/adapter/librow_store.so'); "
+            "lib.row_store_version.restype = ctypes.c_char_p; print(lib.row_store_version().decode())"
+        )
+        loaded = lab.ssh(head, f"{offline} --mount {mount} {BASE} python3 -c {shlex.quote(probe)}")
+        assert loaded.stdout.strip() == "sparkctl-lab-row-store 1"
+    finally:
+        lab.ssh(head, f"rm -rf {work}", check=False)
 
 
 def test_an_image_moves_between_nodes_with_save_and_load(lab: Any) -> None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate sparkctl/profiles/sglang-flags.json: every long flag of SGLang's `serve` parser, with
-its action, value type and choices, read from SGLang itself.
+its action, value type (``suffixes``: a whole number SGLang also takes as 1k, 1M, 1Mi, ...) and
+choices, read from SGLang itself.
 
 Run it with the interpreter `make sglang` installed (SGLang 0.5.23, CPU-side stubs):
     .venv-sglang/bin/python scripts/sglang_flags.py > sparkctl/profiles/sglang-flags.json
@@ -40,6 +41,10 @@ def catalogue() -> dict[str, object]:
         entry: dict[str, object] = {"kind": kind}
         if kind == "value":
             entry["type"] = vtype if vtype in ("int", "float") else "str"
+            if vtype == "human_readable_int":
+                # A whole number, or one with an SI (k M G T) or IEC (Ki Mi Gi Ti) suffix.
+                entry["type"] = "int"
+                entry["suffixes"] = True
             if action.nargs not in (None, 1):
                 entry["many"] = True
             if action.choices:

@@ -23,6 +23,7 @@ from sparkctl.model.draft import Draft
 from sparkctl.model.problems import Problems, suggest
 from sparkctl.model.types import MIN_FABRIC_MTU, image_is_pinned
 from sparkctl.profiles import Profile
+from sparkctl.profiles import flags as sglang_flags
 
 
 def _names(items: Iterable[str]) -> str:
@@ -371,6 +372,17 @@ def check_runtime(d: Draft, p: Problems) -> None:
 def _check_kit(d: Draft, p: Problems, rt: Runtime, prof: Profile) -> None:
     """sparkctl_kit against the source kind, the runtime and what the profile declares."""
     kit: Kit | None = d.get("sparkctl_kit")
+    # Only a container carries a kit (mounted read-only, overlays bound over the image's SGLang):
+    # a venv's stock SGLang, or the simulator, would serve a kit-only profile without it.
+    carries = rt.kind == "container"
+    if prof.kit is not None and prof.kit.required and not carries:
+        p.add(
+            "sparkctl_runtime.kind",
+            f"{rt.kind} cannot carry the serving kit the profile {prof.name} cannot serve without "
+            "(only a container mounts the kit and its SGLang overlays)",
+            "set kind: container with the kit's image (image_source: build, or its image by digest) "
+            "and pin the kit in sparkctl_kit",
+        )
     if kit is None:
         if prof.kit is not None and prof.kit.required and rt.kind == "container":
             p.add(
@@ -399,18 +411,18 @@ def _check_kit(d: Draft, p: Problems, rt: Runtime, prof: Profile) -> None:
         for key in ("url", "commit"):
             if getattr(kit, key) is not None:
                 p.add(f"sparkctl_kit.{key}", "only used with source git", "remove it, or set source: git")
-    if rt.kind != "container":
-        p.add("sparkctl_kit",
-              f"a serving kit is mounted into the rank's container; runtime kind is {rt.kind}",
-              "set sparkctl_runtime.kind: container, or remove sparkctl_kit")
+    if not carries:
+        if not (prof.kit is not None and prof.kit.required):  # said above, on the runtime
+            p.add("sparkctl_kit",
+                  f"a serving kit is mounted into the rank's container; runtime kind is {rt.kind}",
+                  "set sparkctl_runtime.kind: container, or remove sparkctl_kit")
     elif prof.kit is None:
         p.add("sparkctl_kit", f"the profile {prof.name} declares no kit (mount point, overlays)",
               "remove sparkctl_kit, or use a profile that mounts one (r4-nvme)")
     elif prof.kit.entrypoint == "launcher" and "api_key" in (d.get("sparkctl_secrets") or {}):
         p.add("sparkctl_profile_overrides.kit.entrypoint",
               "the kit's launcher builds SGLang's arguments itself and cannot pass the API key",
-              "keep entrypoint engine: it makes the launcher's kit checks too (sparkctl's pre-start in the "
-              "rank's container) and passes the API key from a 0600 file; "
+              "keep entrypoint engine (sparkctl's argv, API key from a 0600 file), "
               "or remove sparkctl_secrets.api_key and rely on sparkctl_api_allow")
     elif rt.image_source == "build" and prof.kit.dockerfile is None:
         p.add("sparkctl_runtime.image_source", f"the kit of {prof.name} has no Dockerfile to build",
@@ -492,6 +504,60 @@ def check_switch(d: Draft, p: Problems) -> None:
                     "each node has its own switch port",
                 )
             taken.setdefault(port, name)
+
+
+# A Spark's ConnectX-7 has two ports: three nodes cable into a full triangle, four cannot all reach
+# each other directly. From this many nodes up the fabric's two subnets need a RoCE switch.
+SWITCHED_FROM_NODES = 4
+
+
+def check_fabric_needs_switch(d: Draft, p: Problems) -> None:
+    count = len(d.spark_names)
+    if count >= SWITCHED_FROM_NODES and not d.switch_names:
+        p.add(
+            "all.children.switches",
+            f"{count} nodes and no switch: a Spark's two ConnectX-7 ports make a three-node triangle, "
+            f"not a mesh of {count}, so the fabric subnets need a RoCE switch",
+            "add the switch under switches (ansible_host, sparkctl_switch_type, sparkctl_switch_mtu, "
+            "sparkctl_switch_ports; see inventory/example/hosts.yml)",
+        )
+
+
+# Speculative algorithms SGLang counts as the DFlash family (is_dflash_family): with
+# --max-running-requests at 8 or more it holds new prefills until min(4, max(2, (n + 5) // 6))
+# slots are free, unless --min-free-slots-delay is given at 1 or less (an explicit value wins).
+DELAYER_ALGORITHMS = ("DFLASH", "DSPARK")
+DELAYER_FROM_SLOTS = 8
+
+
+def check_admission_delayer(d: Draft, p: Problems) -> None:
+    prof = d.profile
+    if prof is None:
+        return
+    algo = prof.args.get("--speculative-algorithm")
+    slots = sglang_flags.number("--max-running-requests", prof.args.get("--max-running-requests"))
+    if not isinstance(algo, str) or algo.upper() not in DELAYER_ALGORITHMS:
+        return
+    if slots is None or slots < DELAYER_FROM_SLOTS:
+        return
+    flag = "--min-free-slots-delay"
+    delay = sglang_flags.number(flag, prof.args.get(flag))
+    if delay is not None and delay <= 1:
+        return
+    wait = min(4, max(2, (int(slots) + 5) // 6))
+    # Name what the site changed: the delay flag it removed or raised, else the slots it raised.
+    changed = (flag, "--max-running-requests", "--speculative-algorithm")
+    culprit = next((f for f in changed if _overridden(d, f)), None)
+    path = (f"sparkctl_profile_overrides.args.{culprit}" if culprit
+            else f"sparkctl_profile ({prof.name}).args.{flag}")
+    now = "not set" if delay is None else f"{prof.args.get(flag)}"
+    p.add(
+        path,
+        f"{algo} with --max-running-requests {int(slots)} and {flag} {now}: SGLang's admission delayer "
+        f"holds new prefills until {wait} slots are free, so {int(slots)} configured requests quietly "
+        "run as fewer (about 7 of 8)",
+        f"set {flag}: 1 in sparkctl_profile_overrides.args (1 or less disables the delayer)",
+    )
 
 
 # The secrets sparkctl knows how to deliver; a misspelt name would otherwise be ignored silently.
@@ -651,8 +717,10 @@ Callable[[Draft, Problems], None]] = [
     check_ports,
     check_paths,
     check_runtime,
+    check_admission_delayer,
     check_checkpoint,
     check_switch,
+    check_fabric_needs_switch,
     check_switch_port_names,
     check_secrets,
     check_disk,

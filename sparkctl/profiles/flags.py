@@ -12,6 +12,7 @@ import difflib
 import functools
 import json
 import re
+from decimal import Decimal
 from importlib import resources
 from typing import Any
 
@@ -23,21 +24,43 @@ SECRET_FLAGS: dict[str, str] = {
     "--admin-api-key": "a secret: it would sit in argv, the 0644 unit and `plan`; not supported",
 }
 
-# Ranges of the flags sparkctl's own arithmetic and gates rely on: (low, high, inclusive-low).
+# Ranges of the flags sparkctl's own arithmetic and gates rely on, and of every count, size and
+# timeout that must be positive: (low, high, inclusive-low). SGLang's parser takes any number for
+# them (a negative --context-length or a zero --max-running-requests passes it) and the rank then
+# fails at boot, or quietly serves something else. A flag with several values (--cuda-graph-bs-*)
+# holds each value to the range. Aliases SGLang accepts for the same setting carry the same range.
+_SIZE = (1, 1 << 31, True)
+_TOKENS = (1, 1 << 40, True)
+_PARALLEL = (1, 1024, True)
+_BATCH = (1, 1 << 16, True)
 RANGES: dict[str, tuple[float, float, bool]] = {
     "--mem-fraction-static": (0.0, 1.0, False),
-    "--tp-size": (1, 1024, True),
-    "--ep-size": (1, 1024, True),
-    "--context-length": (1, 1 << 31, True),
-    "--max-total-tokens": (1, 1 << 40, True),
+    "--tp-size": _PARALLEL,
+    "--tensor-parallel-size": _PARALLEL,
+    "--ep-size": _PARALLEL,
+    "--expert-parallel-size": _PARALLEL,
+    "--pp-size": _PARALLEL,
+    "--pipeline-parallel-size": _PARALLEL,
+    "--context-length": _SIZE,
+    "--max-prefill-tokens": _SIZE,
+    "--max-total-tokens": _TOKENS,
     "--max-running-requests": (1, 1 << 20, True),
-    "--cuda-graph-max-bs": (1, 1 << 16, True),
-    "--watchdog-timeout": (1, 1 << 31, True),
+    "--cuda-graph-max-bs-decode": _BATCH,
+    "--cuda-graph-max-bs-prefill": _BATCH,
+    "--cuda-graph-bs-decode": _BATCH,
+    "--cuda-graph-bs-prefill": _BATCH,
+    "--watchdog-timeout": (0, 1 << 31, False),
     "--speculative-num-steps": (1, 64, True),
     "--speculative-num-draft-tokens": (1, 256, True),
+    "--speculative-dspark-block-size": (1, 256, True),
+    "--speculative-dflash-block-size": (1, 256, True),
 }
 # --chunked-prefill-size: a positive size, or -1 (SGLang: off).
 _CHUNKED = "--chunked-prefill-size"
+# SGLang's human_readable_int (catalogue ``suffixes``): 1k = 1000, 1M = 10**6, 1Mi = 2**20, ...
+_SUFFIXED = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)$")
+_SI = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_IEC = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _PLACEHOLDER = re.compile(r"\{[a-z_]+\}")
 
 
@@ -52,17 +75,30 @@ def sglang_version() -> str:
     return str(catalogue()["sglang"])
 
 
-def _number(value: Any, kind: str) -> float | None:
+def _number(value: Any, kind: str, suffixes: bool = False) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
         return value if kind == "float" or float(value).is_integer() else None
     if isinstance(value, str):
+        text = value.strip()
+        match = _SUFFIXED.match(text) if suffixes else None
+        if match:
+            digits, suffix = match.groups()
+            if suffix in _IEC:
+                return int(digits) * _IEC[suffix] if "." not in digits else None
+            return int(Decimal(digits) * _SI[suffix])
         try:
-            return int(value) if kind == "int" else float(value)
+            return int(text) if kind == "int" else float(text)
         except ValueError:
             return None
     return None
+
+
+def number(flag: str, value: Any) -> float | None:
+    """The number SGLang reads from ``flag: value`` (suffixes included), None when it is not one."""
+    spec = catalogue()["flags"].get(flag) or {}
+    return _number(value, spec.get("type", "float"), bool(spec.get("suffixes")))
 
 
 def problems(flag: str, value: Any) -> list[str]:
@@ -92,16 +128,23 @@ def problems(flag: str, value: Any) -> list[str]:
         if isinstance(v, dict):
             continue  # JSON-valued flags (e.g. --json-model-override-args) are rendered as JSON
         if spec.get("type") in ("int", "float"):
-            num = _number(v, spec["type"])
+            num = _number(v, spec["type"], bool(spec.get("suffixes")))
             if num is None:
-                out.append(f"{flag}: expected {'a whole number' if spec['type'] == 'int' else 'a number'}, "
-                           f"got {v!r}")
+                what = "a whole number" if spec["type"] == "int" else "a number"
+                if spec.get("suffixes"):
+                    what += " (or with a suffix: 1k, 1M, 1Mi)"
+                out.append(f"{flag}: expected {what}, got {v!r}")
                 continue
             if flag in RANGES:
                 low, high, inclusive = RANGES[flag]
-                if not ((num >= low if inclusive else num > low) and num <= high):
-                    bound = f"{'>=' if inclusive else '>'} {low:g} and <= {high:g}"
-                    out.append(f"{flag}: {v!r} is out of range (must be {bound})")
+                if not (num >= low if inclusive else num > low):
+                    least = "positive" if (low, inclusive) in ((1, True), (0, False)) else \
+                        f"{'>=' if inclusive else '>'} {low:g}"
+                    out.append(f"{flag}: {v!r} must be {least}"
+                               + (f" and at most {high:g}" if isinstance(high, float) else ""))
+                elif num > high:
+                    most = f"{high:,}" if isinstance(high, int) else f"{high:g}"
+                    out.append(f"{flag}: {v!r} is out of range (must be at most {most})")
             if flag == _CHUNKED and not (num > 0 or num == -1):
                 out.append(f"{flag}: {v!r} must be a positive size, or -1 to turn chunking off")
         elif isinstance(v, bool):

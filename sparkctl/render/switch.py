@@ -23,6 +23,21 @@ PFC = f"sparkctl-pfc{c.ROCE_PRIO}"
 MOVED = "sparkctl: moving "
 
 
+# The priority each switch configuration makes lossless for RoCE data (DSCP 26): PFC on it, ECN on
+# its queue. RouterOS: the sparkctl-roce profile (DSCP 26 -> class 3) and sparkctl-pfc3; NVUE:
+# `qos roce mode lossless`, Cumulus's RoCE default (DSCP 26 -> switch priority 3 with PFC). The lab's
+# Linux bridge gets MTU and link state only: no lossless class.
+LOSSLESS_PRIORITY: dict[str, int | None] = {"routeros": c.ROCE_PRIO, "nvue": c.ROCE_PRIO, "linux": None}
+
+
+def lossless_priority(cluster: Cluster) -> int | None:
+    """The priority the cluster's switch configuration makes lossless for RoCE data (DSCP
+    ``ROCE_DSCP``); None with no switch, or one whose configuration has no lossless class."""
+    if cluster.switch is None:
+        return None
+    return LOSSLESS_PRIORITY[cluster.switch.type]
+
+
 def the_switch(cluster: Cluster) -> Switch:
     """The cluster's switch: each renderer below is for a cluster that has one."""
     if cluster.switch is None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from support.pair_site import make_switchless_pair
 from support.runner import NODES, FakeRunner, Outcome
 
 from sparkctl.ansible import runner
@@ -143,10 +143,7 @@ def test_switch_apply_failure_exits_1_naming_the_host(
 def test_switch_verbs_on_a_switchless_site_do_nothing(
     run_cli: Any, example_copy: Path, fake: FakeRunner
 ) -> None:
-    hosts = example_copy / "hosts.yml"
-    doc = yaml.safe_load(hosts.read_text())
-    del doc["all"]["children"]["switches"]
-    hosts.write_text(yaml.safe_dump(doc))
+    make_switchless_pair(example_copy)  # four nodes would need a switch
     for verb in ("diff", "apply"):
         res = run_cli("-i", str(example_copy), "switch", verb)
         assert res.code == EXIT_OK, res.err

@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
+from support.pair_site import make_switchless_pair
 
 from sparkctl.errors import EXIT_USAGE, InputError
 from sparkctl.model import Cluster, load_inventory
@@ -136,10 +137,7 @@ def test_bootstrap_over_mgmt(example_copy: Path) -> None:
 
 
 def test_switchless_site(example_copy: Path) -> None:
-    hosts = example_copy / "hosts.yml"
-    doc = yaml.safe_load(hosts.read_text())
-    del doc["all"]["children"]["switches"]
-    hosts.write_text(yaml.safe_dump(doc))
+    make_switchless_pair(example_copy)  # four nodes would need a switch
     assert load_inventory(example_copy).switch is None
 
 

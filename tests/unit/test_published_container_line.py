@@ -127,38 +127,48 @@ def test_every_published_mount_is_rendered_with_the_same_target_and_mode(example
         assert got_src == want, dst
     overlays = [dst for dst in ours if dst.startswith("/sgl-workspace/sglang/")]
     assert len(overlays) == 11
-    # sparkctl's additions: the 0600 secrets file SGLang reads through --config, and the kit's
-    # pre-start checks (one read-only file) the container runs before the engine.
+    # sparkctl's one addition: the 0600 secrets file SGLang reads through --config.
     extra = set(ours) - set(published) - {rank.container_model_dir(example)}
-    assert extra == {common.RANK_SECRETS_FILE, rank.CONTAINER_PRESTART}
-    assert ours[rank.CONTAINER_PRESTART] == (rank.PRESTART_SCRIPT, True)
+    assert extra == {common.RANK_SECRETS_FILE}
 
 
-def test_the_engine_argv_is_the_one_plan_shows_after_the_prestart(example: Any) -> None:
-    """The one deliberate difference in what the container runs: the kit launcher's checks first
-    (``python3 /sparkctl-prestart.py <checks> --``), then SGLang with exactly the argv plan shows."""
+def test_the_engine_argv_is_the_one_plan_shows(example: Any) -> None:
     node = example.node("spark-2")
     cmd = rank.container_command(example, node)
     i = cmd.index("--entrypoint")
     assert cmd[i + 2] == example.runtime.image
-    ran = [cmd[i + 1], *cmd[i + 3:]]
-    assert ran[:2] == ["python3", rank.CONTAINER_PRESTART]
-    cut = ran.index("--")
-    assert ran[:cut + 1] == rank.prestart_command(example, rank.rank_argv(example, node))
-    assert ran[cut + 1:] == rank.rank_argv(example, node)
+    assert [cmd[i + 1], *cmd[i + 3:]] == rank.rank_argv(example, node)
 
 
-def test_the_prestart_reads_the_launchers_inputs(example: Any) -> None:
-    """The publisher's runtime/launch.py reads versions.lock.json, row-store-build.json (key
-    row_store_library_sha256, product adapter/librow_store.so), vendor/b12x-source-manifest.json
-    (files under b12x/), patches/manifest.json over /sgl-workspace/sglang, and
-    /models/<model_subpath>/config.json; the pre-start is given the same."""
-    words = rank.prestart_command(example, rank.rank_argv(example, example.node("spark-2")))
-    text = " ".join(words)
-    assert "--kit /opt/sglang4" in text
-    assert "--manifest patches/manifest.json --overlay-target /sgl-workspace/sglang" in text
-    assert "--lock versions.lock.json" in text
-    assert f"--model-config {rank.container_model_dir(example)}/config.json" in text
-    assert "--build-record row-store-build.json row_store_library_sha256 adapter/librow_store.so" in text
-    assert "--source-manifest vendor/b12x-source-manifest.json b12x" in text
+# The variables the publisher's launcher puts in each rank's environment: environment() of
+# rhys101's runtime/configuration.py (at 4195625a4ed65d261612c4e19030d28068dfdad0), in its order.
+# No traffic class among them: neither publisher sets NCCL_IB_TC or B12X_ROCE_TRAFFIC_CLASS.
+PUBLISHED_ENV = [
+    "SGLANG4_NVME_PROFILE", "SGLANG8_RESIDENT_PROFILE", "PYTHONPATH", "SGLANG4_ROCE_ALLREDUCE",
+    "DSV41_SOURCE", "DSV41_PACKED_DIR", "OFFLOAD_MODE", "DSV41_CACHE_GIB", "DSV41_RESIDENT_SCALES",
+    "DSV41_IO_THREADS", "DSV41_STATS_SECONDS", "NNODES", "SGLANG8_RETRY_FREE_ADMISSION",
+    "SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE", "SGLANG_ENABLE_DSV41_ENGRAM_KV_PREFETCH", "DSV41_TP_PAD",
+    "DSV41_MXFP8_BACKEND", "DSV41_PREFILL_EMPTY_CACHE_TOKENS", "SGLANG_FLASHINFER_MOE_FUSED_FINALIZE",
+    "PYTORCH_CUDA_ALLOC_CONF", "SGLANG_RAGGED_VERIFY_MODE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
+    "NCCL_IB_HCA", "NCCL_IB_DISABLE", "NCCL_IB_ADDR_FAMILY", "NCCL_NET", "NCCL_CUMEM_ENABLE",
+    "NCCL_NVLS_ENABLE", "NCCL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_PROTO", "NCCL_MAX_NCHANNELS",
+    "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "CUDA_VISIBLE_DEVICES", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+    "HF_HOME", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "B12X_ROCE_CACHE_DIR", "B12X_COMPILE_CACHE_DIR",
+    "CUTE_DSL_CACHE_DIR", "FLASHINFER_CUDA_ARCH_LIST", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS",
+]
 
+
+@pytest.mark.parametrize(("switch_type", "lossless"),
+                         [("routeros", True), ("nvue", True), ("linux", False), (None, False)])
+def test_the_rank_environment_adds_only_the_listed_variables(
+    example: Any, switch_type: str | None, lossless: bool
+) -> None:
+    sw = None if switch_type is None else example.switch.model_copy(update={"type": switch_type})
+    cluster = example.model_copy(update={"switch": sw})
+    ours = rank.rank_env(cluster, cluster.node("spark-2"))
+    assert set(PUBLISHED_ENV) <= set(ours)
+    # sparkctl's deliberate differences: the address SGLang advertises to the other ranks, and the
+    # traffic class 106 (DSCP 26 + ECN) only where sparkctl configures the switch's lossless class
+    # for it (PFC on priority 3: RouterOS, NVUE; not the lab's Linux bridge, not a switchless site).
+    extra = {"SGLANG_HOST_IP"} | ({"NCCL_IB_TC", "B12X_ROCE_TRAFFIC_CLASS"} if lossless else set())
+    assert set(ours) - set(PUBLISHED_ENV) == extra

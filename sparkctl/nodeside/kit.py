@@ -226,10 +226,12 @@ def check_overlays(root, manifest_rel, overlay_source, overlays):
     return doc, problems
 
 
-def verify_tree(root, expected):
+def verify_tree(root, expected, is_product=None):
     """Full check of a staged copy: every file of the file manifest ``expected`` present with its
     SHA-256, and no other file — nor a stray ``.partial`` or a symbolic link (anything extra would
-    be mounted into the container too)."""
+    be mounted into the container too). ``is_product``: a predicate on relative paths naming what
+    the kit's build steps made (``nodeside.kitbuild.product_filter``), checked against the build
+    record instead of reported here."""
     if not os.path.isdir(root):
         return [problem(root, "kit version not staged on this node")]
     problems = []
@@ -243,7 +245,7 @@ def verify_tree(root, expected):
         if actual != e["sha256"]:
             problems.append(problem(rel, "content differs", e["sha256"], actual))
     for rel in list_files(root):
-        if rel not in want:
+        if rel not in want and not (is_product is not None and is_product(rel)):
             problems.append(problem(rel, "not part of the kit", None, file_sha256(os.path.join(root, rel))))
     partials, links = strays(root)
     for rel in partials:

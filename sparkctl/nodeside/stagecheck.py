@@ -5,7 +5,8 @@
 prints one JSON line, ``{"mode": "stagecheck", …}``, that ``faststage.judge`` weighs, with a part for
 each part asked about:
 
-* ``kit``: the staged kit against its manifest (``nodeside.kit.staged_check``);
+* ``kit``: the staged kit against its manifest, and its build products against their record
+  (``nodeside.kitbuild.staged_check``);
 * ``image``: the engine image under its reference, and its build label (``stage.image.staged_answer``);
 * ``weights``: the checkpoint against the controller's manifest (``stage.manifest.verify``, quick,
   with the node's own manifest), and the files the node holds that the controller's does not;
@@ -24,7 +25,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from . import kit
+from . import kitbuild
 
 MODE = "stagecheck"
 # Problems and extra files an answer carries at most (the count says how many there were).
@@ -92,7 +93,7 @@ def check(
     """The answer to ``p`` (``faststage.check_params``): each part asked about."""
     out: dict[str, Any] = {"mode": MODE}
     if p.get("kit"):
-        out["kit"] = kit.staged_check(**p["kit"])
+        out["kit"] = kitbuild.staged_check(**p["kit"])
     if p.get("image"):
         out["image"] = image.staged_answer(**p["image"])
     if p.get("weights"):

@@ -8,7 +8,8 @@
   the parameters: the controller compares without any digest being usable to test guesses);
 * ``dirs``: each required directory's mode and owner;
 * ``unit``: systemd's ``NeedDaemonReload`` and ``LoadState`` of the rank unit;
-* ``kit``: the staged kit against its manifest (``nodeside.kit.staged_check``);
+* ``kit``: the staged kit against its manifest, and its build products against their record
+  (``nodeside.kitbuild.staged_check``);
 * ``image``: the engine image under its reference (``stage.image.staged_answer``).
 
 Standard library only. The image reader lives in ``sparkctl.stage`` (layered above this package),
@@ -25,7 +26,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from . import kit
+from . import kitbuild
 
 MODE = "upcheck"
 
@@ -82,7 +83,7 @@ def check(p: Mapping[str, Any], image: ImageReader) -> dict[str, Any]:
         out["dirs"][path] = stat(path)
     out["unit"] = unit_state(p["unit"])
     if p.get("kit"):
-        out["kit"] = kit.staged_check(**p["kit"])
+        out["kit"] = kitbuild.staged_check(**p["kit"])
     if p.get("image"):
         out["image"] = image.staged_answer(**p["image"])
     return out

@@ -363,6 +363,72 @@ class KitFile(_Strict):
         return _absolute(v)
 
 
+class KitExtract(_Strict):
+    """Unpack an archive of the kit into a directory of it, every member checked against a manifest
+    (``{name: sha256}``; the archive's members must be exactly the manifest's keys)."""
+
+    archive: str = Field(description="the archive inside the kit (tar, any compression)")
+    manifest: str = Field(description="JSON {member name: sha256} inside the kit")
+    into: str = Field(description="the directory of the kit the members are written under")
+
+    @field_validator("archive", "manifest", "into")
+    @classmethod
+    def _rel(cls, v: str) -> str:
+        return _relative(v)
+
+
+class KitRecord(_Strict):
+    """The publisher's own record of a compile: ``{<key>: <product sha256>, "image": <image ID>}``."""
+
+    path: str = Field(description="the record file inside the kit")
+    key: str = Field(min_length=1, description="the key holding the product's SHA-256")
+
+    @field_validator("path")
+    @classmethod
+    def _rel(cls, v: str) -> str:
+        return _relative(v)
+
+
+class KitCompile(_Strict):
+    """A command run in the profile's engine image (no network, the kit version bound read-write at
+    the kit's mount) that must leave ``product`` in the kit."""
+
+    argv: list[str] = Field(min_length=1, description="the command in the image; argv[0] is the entrypoint")
+    product: str = Field(description="the file it writes, inside the kit")
+    record: KitRecord | None = Field(None, description="the publisher's record file of the build")
+
+    @field_validator("product")
+    @classmethod
+    def _rel(cls, v: str) -> str:
+        return _relative(v)
+
+    @field_validator("argv")
+    @classmethod
+    def _argv(cls, v: list[str]) -> list[str]:
+        if any(not a for a in v):
+            raise ValueError("an empty argument")
+        return v
+
+
+class KitBuildStep(_Strict):
+    """One step `sparkctl stage kit` performs on every node after the kit's files are verified and
+    before ``current`` switches: exactly one of ``extract`` and ``compile``."""
+
+    extract: KitExtract | None = None
+    compile: KitCompile | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> KitBuildStep:
+        if (self.extract is None) == (self.compile is None):
+            raise ValueError("a build step is exactly one of extract {archive, manifest, into} or "
+                             "compile {argv, product, record}")
+        return self
+
+    def as_fact(self) -> dict[str, Any]:
+        """The step as the spark_kit role and the node-side build take it (``nodeside.kitbuild``)."""
+        return self.model_dump(exclude_none=True)
+
+
 class Kit(_Strict):
     """How the published serving kit (sparkctl_kit in the inventory) is mounted into the rank's container.
 
@@ -391,11 +457,31 @@ class Kit(_Strict):
     # re-checks the kit and builds SGLang's arguments itself from the rendered cluster file.
     entrypoint: Literal["engine", "launcher"] = "engine"
     launcher: list[str] = Field(default_factory=list, description="the kit's launcher argv")
+    # What the kit's publisher builds on every node when it stages the kit (sparkctl stage kit
+    # runs the same steps, in order; nodeside/kitbuild.py).
+    build: list[KitBuildStep] = Field(default_factory=list, description="the kit's build steps")
 
     @model_validator(mode="after")
     def _launcher(self) -> Kit:
         if self.entrypoint == "launcher" and not self.launcher:
             raise ValueError("entrypoint launcher needs the launcher argv ([python3, <mount>/launch.py])")
+        return self
+
+    @model_validator(mode="after")
+    def _build(self) -> Kit:
+        products: list[str] = []
+        for i, step in enumerate(self.build):
+            if step.compile is not None:
+                c = step.compile
+                if f"{self.mount}/{c.product}" not in c.argv:
+                    raise ValueError(f"build.{i}.compile.product: {c.product} must be what argv writes, "
+                                     f"{self.mount}/{c.product} (the kit is mounted at {self.mount})")
+                products += [c.product] + ([c.record.path] if c.record else [])
+            elif step.extract is not None:
+                products.append(step.extract.into)
+        dup = sorted({p for p in products if products.count(p) > 1})
+        if dup:
+            raise ValueError(f"build: produced twice: {', '.join(dup)}")
         return self
 
     @field_validator("mount", "overlay_target")

@@ -39,8 +39,10 @@ from sparkctl.ansible.roledefaults import role_default
 from sparkctl.errors import SparkctlError
 from sparkctl.nodeside import images as images_
 from sparkctl.nodeside import kit as nodekit
-from sparkctl.nodeside import prestart, ship
+from sparkctl.nodeside import kitbuild, prestart, ship
 from sparkctl.render.common import RANK_UNIT_NAME
+from sparkctl.render.kit import build_image as kit_build_image
+from sparkctl.render.kit import build_steps as kit_build_steps
 from sparkctl.render.rank import start_waves
 from sparkctl.serve import probe
 from sparkctl.serve.probe import FleetLike
@@ -49,8 +51,8 @@ if TYPE_CHECKING:
     from sparkctl.model import Cluster
 
 # Shipped to the node (sparkctl.nodeside.ship), dependencies first; the last is the check it runs.
-NODE_MODULES = ("nodeside.kit", "nodeside.images", "nodeside.manifests", "stage.manifest", "stage.image",
-                "nodeside.upcheck")
+NODE_MODULES = ("nodeside.kit", "nodeside.kitbuild", "nodeside.images", "nodeside.manifests",
+                "stage.manifest", "stage.image", "nodeside.upcheck")
 
 
 def start_wait_s() -> int:
@@ -128,6 +130,9 @@ def check_params(cluster: Cluster, entry: Mapping[str, Any], kit: KitReference |
     }
     if kit is not None:
         params["kit"] = {"store": kit.store, "version": kit.version, "expected": kit.manifest}
+        steps = kit_build_steps(cluster)
+        if steps:  # the kit's build products, against each node's build record and image
+            params["kit"].update(build_steps=steps, build_image=kit_build_image(cluster))
     if cluster.runtime.kind == "container":
         params["image"] = {"ref": cluster.runtime.image, "want_id": cluster.runtime.image_id}
     return params
@@ -196,7 +201,20 @@ def judge(cluster: Cluster, doc: Mapping[str, Any], answers: Mapping[str, Mappin
             elif ident:
                 images[name] = ident
     reasons += images_.mismatches(images, pin or images.get(head), bool(pin), cluster.runtime.image or "")
+    if kit_needed:
+        reasons += kit_product_reasons(doc, answers)
     return reasons
+
+
+def kit_product_reasons(doc: Mapping[str, Any], answers: Mapping[str, Mapping[str, Any] | str]) -> list[str]:
+    """The kit's build products of every node that answered, in rank order, the same everywhere
+    (``nodeside.kitbuild.product_reasons``: the odd nodes named)."""
+    kits: dict[str, Any] = {}
+    for entry in sorted(doc["nodes"], key=lambda e: int(e["rank"])):
+        ans = answers.get(str(entry["name"]))
+        if isinstance(ans, Mapping):
+            kits[str(entry["name"])] = ans.get("kit")
+    return list(kitbuild.product_reasons(kits))
 
 
 def check(cluster: Cluster, doc: Mapping[str, Any], fleet: FleetLike, kit: KitReference | str | None,

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sparkctl.nodeside import images as images_
 from sparkctl.nodeside import kit as nodekit
-from sparkctl.nodeside import ship
+from sparkctl.nodeside import kitbuild, ship
 from sparkctl.render.kit import kit_facts
 from sparkctl.stage import manifest as mf
 
@@ -41,8 +41,9 @@ if TYPE_CHECKING:
     from sparkctl.ssh.fleet import Fleet
 
 # Shipped to the node, dependencies first; the last is the check it runs.
-NODE_MODULES = ("nodeside.kit", "nodeside.images", "nodeside.manifests", "stage.manifest", "stage.image",
-                "stage.safetensors", "stage.writeback", "stage.dsv41en1", "nodeside.stagecheck")
+NODE_MODULES = ("nodeside.kit", "nodeside.kitbuild", "nodeside.images", "nodeside.manifests",
+                "stage.manifest", "stage.image", "stage.safetensors", "stage.writeback", "stage.dsv41en1",
+                "nodeside.stagecheck")
 SHOWN = 3
 
 
@@ -107,6 +108,9 @@ def check_params(cluster: Cluster, node: Node, todo: list[str], kit: KitReferenc
     params: dict[str, Any] = {"mode": "stagecheck"}
     if "kit" in todo and kit is not None:
         params["kit"] = {"store": kit.store, "version": kit.version, "expected": kit.manifest}
+        facts = kit_facts(cluster) or {}
+        if facts.get("build"):  # the kit's build products, against each node's build record and image
+            params["kit"].update(build_steps=facts["build"], build_image=facts.get("build_image"))
     if "image" in todo:
         rt = cluster.runtime
         params["image"] = {"ref": rt.image, "want_id": rt.image_id}
@@ -208,6 +212,13 @@ def judge(cluster: Cluster, todo: list[str], answers: Mapping[str, Mapping[str, 
                     problems = list(e.get("problems") or ["not packed"])
                     reasons.append(f"{name}: Engram shards: {_shown(problems, len(problems))}")
         nodes[name] = summary
+    if "kit" in todo and kit is not None:  # the kit's build products, the same on every node
+        kits: dict[str, Any] = {}
+        for node in sorted(cluster.nodes, key=lambda n: n.rank):
+            got = answers.get(node.name)
+            if isinstance(got, Mapping):
+                kits[node.name] = got.get("kit")
+        reasons += kitbuild.product_reasons(kits)
     if "image" in todo:
         head = cluster.head.name
         want = rt.image_id or images.get(head)

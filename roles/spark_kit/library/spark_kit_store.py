@@ -21,6 +21,11 @@ options:
   expected: {type: dict, required: true, description: The kit's file manifest.}
   src: {type: path, default: "", description: Local directory holding the kit tree (head-side source).}
   prune: {type: bool, default: false, description: Remove differing and foreign files of the version.}
+  build:
+    type: list
+    elements: dict
+    default: []
+    description: The kit's build steps; what they produce is not foreign (it is checked against the build record).
 author: sparkctl
 """
 
@@ -29,6 +34,7 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sparkctl.nodeside import kit as nk
+from ansible.module_utils.sparkctl.nodeside import kitbuild
 
 
 def _copy(src, dst, sha256):
@@ -49,6 +55,7 @@ def main():
             expected=dict(type="dict", required=True),
             src=dict(type="path", default=""),
             prune=dict(type="bool", default=False),
+            build=dict(type="list", elements="dict", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -67,7 +74,9 @@ def main():
             elif nk.file_sha256(path) != e["sha256"]:
                 missing.append(rel)
                 differing.append(rel)
-        foreign = [rel for rel in nk.list_files(root) if rel not in want] if os.path.isdir(root) else []
+        is_product = kitbuild.product_filter(p["build"])
+        foreign = ([rel for rel in nk.list_files(root) if rel not in want and not is_product(rel)]
+                   if os.path.isdir(root) else [])
         pruned = (differing + foreign) if p["prune"] else []
         if pruned and not module.check_mode:
             for rel in pruned:
@@ -80,7 +89,7 @@ def main():
                 for rel in missing:
                     _copy(os.path.join(p["src"], rel), os.path.join(root, rel), want[rel])
                     copied.append(rel)
-    except (nk.KitError, OSError) as exc:
+    except (nk.KitError, kitbuild.BuildError, OSError) as exc:
         module.fail_json(msg="{}/{}: {}".format(p["store"], p["version"], exc))
     changed = bool(pruned) or bool(copied) or (module.check_mode and bool(missing) and bool(p["src"]))
     module.exit_json(changed=changed, missing=missing, differing=differing, foreign=foreign, pruned=pruned,

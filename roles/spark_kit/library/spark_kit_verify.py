@@ -21,6 +21,19 @@ options:
   expected: {type: dict, default: {}, description: The kit's file manifest (verify).}
   action: {type: str, default: verify, choices: [verify, switch], description: What to do.}
   require_current: {type: bool, default: false, description: The current link must point at the version.}
+  build:
+    type: list
+    elements: dict
+    default: []
+    description:
+      - The kit's build steps (nodeside/kitbuild.py). What they produce is not reported as foreign;
+        with C(products) it is checked against the node's build record instead, and its digests
+        are returned (C(kit.products)) for the comparison across nodes.
+  products: {type: bool, default: false, description: Check the build products against the build record.}
+  image:
+    type: str
+    default: ""
+    description: The image the products are built in; with C(products), the record must name its ID on this node.
 author: sparkctl
 """
 
@@ -28,6 +41,15 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sparkctl.nodeside import kit as nk
+from ansible.module_utils.sparkctl.nodeside import kitbuild
+
+
+def _image_id(module, image):
+    docker = module.get_bin_path("docker")
+    if not docker:
+        return None
+    rc, out, _ = module.run_command([docker, "image", "inspect", "--format", "{{.Id}}", image])
+    return out.strip() if rc == 0 and out.strip() else None
 
 
 def main():
@@ -39,6 +61,9 @@ def main():
             expected=dict(type="dict", default={}),
             action=dict(type="str", default="verify", choices=["verify", "switch"]),
             require_current=dict(type="bool", default=False),
+            build=dict(type="list", elements="dict", default=[]),
+            products=dict(type="bool", default=False),
+            image=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -57,7 +82,20 @@ def main():
             module.fail_json(msg="{}: cannot switch {}/current to {}: {}".format(node, store, version, exc),
                              kit=kit)
         module.exit_json(changed=True, kit=dict(kit, current=version, switched=True, previous=current))
-    problems = nk.verify_tree(os.path.join(store, version), p["expected"])
+    root = os.path.join(store, version)
+    steps = p["build"]
+    problems = nk.verify_tree(root, p["expected"], kitbuild.product_filter(steps) if steps else None)
+    if steps and p["products"]:
+        kit["products"] = {}
+    if steps and p["products"] and os.path.isdir(root):
+        image_id = None
+        if p["image"]:
+            image_id = _image_id(module, p["image"])
+            if image_id is None:
+                problems.append(nk.problem(kitbuild.RECORD, "the build image {} is not on this node "
+                                           "(run sparkctl stage image)".format(p["image"])))
+        problems += kitbuild.verify(root, version, steps, image_id)
+        kit["products"] = kitbuild.product_hashes(root, steps)
     if p["require_current"] and current != version:
         problems.append(nk.problem(os.path.join(store, nk.CURRENT),
                                    "points at {}, not the configured kit {}".format(current or "nothing", version)))

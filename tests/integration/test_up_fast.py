@@ -1,22 +1,29 @@
 """The fast path of `sparkctl up` on the lab: with nothing to install the ranks start over SSH, workers
 before rank 0, without the playbook; one changed environment file on one node makes `up` run the
-playbook (and say why), which puts the rendered file back; a changed kit file still stops the start.
+playbook (and say why), which puts the rendered file back; a changed kit file still stops the start;
+a checkpoint config or image commit other than the kit's lock stops the ranks in their pre-start.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
 
 if TYPE_CHECKING:
     from conftest import Lab
 
 pytestmark = pytest.mark.integration
 
+REPO = Path(__file__).resolve().parents[2]
 UNIT = "sparkctl-rank.service"
 ENV = "/etc/sparkctl/rank.env"
 
@@ -102,3 +109,65 @@ def test_a_changed_kit_file_still_stops_the_start(installed: Lab) -> None:
     finally:
         _ok(installed.run_sparkctl("stage", "kit", timeout=900), "stage kit (repair)")
     assert _up(installed)["start"]["path"] == "fast"
+
+
+# --- the kit's pre-start checks in the rank's container (sparkctl.nodeside.prestart) -------------
+
+
+def _fails_in_prestart(lab: Lab, proc: Any, node: str | None, check: str) -> str:
+    """`up` exited 1 at the pre-start gate naming ``node`` (any node when None) and a failed
+    ``check`` line; no rank container is left on any node. Returns the node named."""
+    text = _flat(proc.stderr + proc.stdout)
+    assert proc.returncode == 1, text[-3000:]
+    assert "failed at the gate 'kit pre-start checks' on " in text, text[-3000:]
+    named = text.split("failed at the gate 'kit pre-start checks' on ", 1)[1].split(":", 1)[0]
+    assert named in lab.nodes, text[-3000:]
+    if node is not None:
+        assert named == node, text[-3000:]
+    assert f"SPARKCTL_PRESTART FAIL {check} " in text, text[-3000:]
+    for n in lab.nodes:  # the failed boot stopped everything
+        assert lab.ssh(n, "docker ps -q").stdout.strip() == "", n
+    return named
+
+
+def test_a_drifted_checkpoint_config_on_one_node_stops_up_in_its_prestart(installed: Lab) -> None:
+    """The kit's lock pins the checkpoint's config.json (model_config_sha256): the staged kit and
+    image are as pinned, so the fast path starts the ranks, and the one node whose config.json
+    differs stops in its container's pre-start, named with the check, before any engine starts."""
+    from sparkctl.model import load_inventory
+
+    cluster = load_inventory(installed.inventory)
+    node = installed.nodes[2]
+    config = f"{cluster.paths.model_dir}/config.json"
+    saved = installed.ssh(node, f"base64 -w0 {shlex.quote(config)}").stdout.strip()
+    _ok(installed.run_sparkctl("down", timeout=600), "down")
+    installed.ssh(node, f"printf ' ' >> {shlex.quote(config)}")  # still JSON, other bytes
+    try:
+        proc = installed.run_sparkctl("up", "--yes", timeout=900)
+        _fails_in_prestart(installed, proc, node, "model-config")
+        sub = PurePosixPath(str(cluster.paths.model_dir)).name
+        assert f"model-config /models/{sub}/config.json expected" in _flat(proc.stderr)
+    finally:
+        installed.ssh(node, f"echo {saved} | base64 -d > {shlex.quote(config)}")
+    assert _up(installed)["start"]["path"] == "fast"
+
+
+def test_an_image_commit_other_than_the_locks_stops_up_in_the_prestart(
+        installed: Lab, tmp_path: Path) -> None:
+    """SGLANG_BUILD_COMMIT in the rank's environment (here a profile override in a copy of the lab
+    inventory) other than the lock's sglang_commit: every rank's pre-start refuses, and `up` names a
+    node and the sglang-commit check."""
+    site = tmp_path / "lab-commit"
+    shutil.copytree(installed.inventory, site)
+    group_vars = site / "group_vars" / "all" / "sparkctl.yml"
+    doc = yaml.safe_load(group_vars.read_text())
+    doc.setdefault("sparkctl_profile_overrides", {}).setdefault("env", {})["SGLANG_BUILD_COMMIT"] = "0" * 40
+    group_vars.write_text(yaml.safe_dump(doc, sort_keys=False))
+    _ok(installed.run_sparkctl("down", timeout=600), "down")
+    proc = subprocess.run([sys.executable, "-m", "sparkctl", "-i", str(site), "up", "--yes"],
+                          capture_output=True, text=True, timeout=900, cwd=REPO)
+    _fails_in_prestart(installed, proc, None, "sglang-commit")
+    assert f"expected {'0' * 40}" not in _flat(proc.stderr)  # the lock's commit is expected, not ours
+    assert f"actual {'0' * 40}" in _flat(proc.stderr)
+    up = _up(installed)  # the lab inventory again: its env file is put back by the playbook
+    assert up["start"]["path"] == "playbook"

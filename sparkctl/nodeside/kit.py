@@ -205,6 +205,8 @@ def check_overlays(root, manifest_rel, overlay_source, overlays):
     Returns ``(overlay_manifest, problems)``; the manifest is ``{}`` when it cannot be read.
     """
     mpath = os.path.join(root, manifest_rel)
+    if overlays is not None and not overlays and not os.path.exists(mpath):
+        return {}, []  # a kit used only as an image's build context: no overlays, no manifest
     try:
         doc = read_overlay_manifest(mpath)
     except KitError as exc:

@@ -305,6 +305,19 @@ def identity(runtime, image, program, venv_path):
     return "sha256:" + str(digest)
 
 
+def image_env(image):
+    """The image's Config.Env as a mapping; None when docker cannot inspect it."""
+    argv = ["docker", "image", "inspect", "--format", "{{json .Config.Env}}", image or ""]
+    rc, out, _err = system.run(argv, 15)
+    if rc != 0:
+        return None
+    try:
+        items = json.loads(out) or []
+    except ValueError:
+        return None
+    return dict(str(item).split("=", 1) for item in items if "=" in str(item))
+
+
 def gid_indexes(ports):
     """RoCE v2 GID index of each (hca, netdev, ipv4) port; None when the node has no RDMA device."""
     if not rdma.present():
@@ -392,6 +405,8 @@ def main(p):
         out["rank_processes"] = rank_processes(p.get("process_words", []))
         out["model"] = model_files(p["model_dir"])
         out["identity"] = identity(p.get("runtime"), p.get("image"), p.get("program"), p.get("venv_path"))
+        if p.get("image_env"):
+            out["image_env"] = image_env(p.get("image"))
         out["gids"] = gid_indexes(p.get("gid_ports", []))
         out["gpu_apps"] = gpu_apps()
         out["gpu_containers"] = gpu_containers()

@@ -155,6 +155,11 @@ def kit_facts(cluster: Cluster) -> dict[str, Any] | None:
         "store": store(cluster),
         "current": current(cluster),
     }
+    need = cluster.profile.image
+    if cluster.profile.kit is None and need is not None and need.requires == "build-from-kit":
+        # The kit is only the build context of the profile's image (its Dockerfile on its base): the
+        # ranks mount nothing of it.
+        out.update(dockerfile=need.dockerfile, base=need.base)
     pk = cluster.profile.kit
     if pk is not None:
         out.update(

@@ -78,6 +78,8 @@ def preflight_checks(cluster: Cluster, facts: Mapping[str, NodeFacts], force: bo
         identities[f.name] = ident
         if ident.startswith("missing"):
             add("runtime present", False, ident)
+        elif "image_env" in d:
+            add("required image", *required_image(cluster, d.get("image_env")))
         g = d.get("gids")
         if g is None:
             add("RoCE GID index", True, "no RDMA devices on this node (lab)", skipped=True)
@@ -104,6 +106,23 @@ def preflight_checks(cluster: Cluster, facts: Mapping[str, NodeFacts], force: bo
         elif values:
             checks.append(Check("cluster", "common GID index", True, f"{values.pop()} on every port"))
     return checks
+
+
+def required_image(cluster: Cluster, env: Mapping[str, str] | None) -> tuple[bool, str]:
+    """(ok, detail) of the node's image against the profile's ``image`` requirement: every
+    ``image.env`` entry in the image's Config.Env (a stock or another publisher's image lacks them)."""
+    need = cluster.profile.image
+    if need is None:
+        return True, "any image"
+    if env is None:
+        return False, f"cannot read the environment of {cluster.runtime.image}"
+    wrong = [f"{k}={env.get(k, '<unset>')}" for k, v in need.env.items() if env.get(k) != v]
+    if wrong:
+        want = ", ".join(f"{k}={v}" for k, v in need.env.items())
+        return False, (f"{cluster.runtime.image} has {', '.join(wrong)}, not {want}: it is not the image "
+                       f"built from {need.source}'s {need.dockerfile}; build it with `sparkctl stage image` "
+                       "(sparkctl_runtime.image_source: build)")
+    return True, f"built from {need.source}'s {need.dockerfile}"
 
 
 def preflight(cluster: Cluster, doc: Mapping[str, Any], fleet: FleetLike, force: bool = False,

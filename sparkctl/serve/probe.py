@@ -118,6 +118,8 @@ def probe_params(cluster: Cluster, entry: Mapping[str, Any], mode: str) -> dict[
             process_words=list(RANK_PROCESS_WORDS),
             gid_ports=[[p["hca"], p["netdev"], p["ip"]] for p in entry.get("fabric", [])],
         )
+        if cluster.runtime.kind == "container" and cluster.profile.image is not None:
+            params["image_env"] = True  # the profile's image requirement is checked against it
     return params
 
 

@@ -226,8 +226,10 @@ def built_from(ref: str, context: str, dockerfile: str) -> dict[str, Any]:
     return {"current": True, "why": ""}
 
 
-def build(ref: str, context: str, dockerfile: str, node: str, timeout: float = 7200) -> dict[str, Any]:
-    """``docker build`` of ``context`` on this node without pulling: every base must be here already."""
+def build(ref: str, context: str, dockerfile: str, node: str, timeout: float = 7200,
+          base: str | None = None) -> dict[str, Any]:
+    """``docker build`` of ``context`` on this node without pulling: every base must be here already.
+    ``base``: the image the Dockerfile must start FROM, by digest (a profile's ``image.base``)."""
     path = os.path.join(context, dockerfile)
     if not os.path.isdir(context):
         raise ImageError(
@@ -238,6 +240,12 @@ def build(ref: str, context: str, dockerfile: str, node: str, timeout: float = 7
             f"{node}: the kit has no {dockerfile} ({path} is missing); the image cannot be built"
         )
     inputs = _build_inputs(context, dockerfile)
+    named = [b for b, _found in inputs[2]]
+    if base and base not in named:
+        raise ImageError(
+            f"{node}: {dockerfile} starts FROM {', '.join(named) or 'no image'}, not {base} (the profile's "
+            "image.base); pin a kit commit whose Dockerfile names that digest"
+        )
     missing = [base for base, found in inputs[2] if "$" not in base and found is None]
     if missing:
         raise ImageError(

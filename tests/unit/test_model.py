@@ -20,6 +20,10 @@ from sparkctl.model import Cluster, load_inventory
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "inventory" / "example"
 IMAGE = "lmsysorg/sglang@sha256:" + "3f" * 32
+# m1-1m needs Mia's image: built on the head from Mia's repository (the kit, only the build context).
+M1_RUNTIME = {"kind": "container", "image_source": "build", "image": "dsv41-4x-spark:local"}
+M1_KIT = {"source": "git", "url": "https://github.com/MiaAI-Lab/DeepSeek-v4.1-Flash-DGX-Sparks.git",
+          "commit": "e0985205caea5a3afd43e88bebb076eeefdec8b5"}
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +107,8 @@ def test_unknown_node_name_is_input_error(example: Cluster) -> None:
 
 
 def test_m1_profile_passes_without_a_note(example_copy: Path) -> None:
-    _edit(example_copy / "group_vars/all/sparkctl.yml", sparkctl_profile="m1-1m", sparkctl_kit=None,
-          sparkctl_runtime={"kind": "container", "image": IMAGE})
+    _edit(example_copy / "group_vars/all/sparkctl.yml", sparkctl_profile="m1-1m", sparkctl_kit=M1_KIT,
+          sparkctl_runtime=M1_RUNTIME)
     cluster = load_inventory(example_copy)
     assert cluster.profile.name == "m1-1m"
     assert cluster.profile.args["--context-length"] == 1_048_576
@@ -238,8 +242,8 @@ def test_million_context_refusal_shows_the_arithmetic(example_copy: Path) -> Non
         example_copy / "group_vars/all/sparkctl.yml",
         sparkctl_profile="m1-1m",
         sparkctl_profile_overrides={"args": {"--chunked-prefill-size": 4096}},
-        sparkctl_kit=None,
-        sparkctl_runtime={"kind": "container", "image": IMAGE},
+        sparkctl_kit=M1_KIT,
+        sparkctl_runtime=M1_RUNTIME,
     )
     with pytest.raises(InputError) as err:
         load_inventory(example_copy)

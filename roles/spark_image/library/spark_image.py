@@ -36,6 +36,7 @@ options:
   run_dir: {type: path, default: "", description: sparkctl's run directory on the node.}
   context: {type: path, default: "", description: Build context (the kit's current version).}
   dockerfile: {type: str, default: "", description: Dockerfile path inside the context.}
+  base: {type: str, default: "", description: "The image the Dockerfile must start FROM (empty: any)."}
   compress: {type: bool, default: true, description: zstd the saved archive.}
   archive: {type: path, default: "", description: Archive to load.}
   marker: {type: dict, default: {}, description: "Written beside the loaded archive as <archive>.loaded.json."}
@@ -129,6 +130,7 @@ def main():
             run_dir=dict(type="path", default=""),
             context=dict(type="path", default=""),
             dockerfile=dict(type="str", default=""),
+            base=dict(type="str", default=""),
             compress=dict(type="bool", default=True),
             archive=dict(type="path", default=""),
             marker=dict(type="dict", default={}),
@@ -159,7 +161,8 @@ def main():
         if action == "build":
             if module.check_mode:
                 module.exit_json(changed=True, image=image.inspect(p["ref"]))
-            module.exit_json(**image.build(p["ref"], p["context"], p["dockerfile"], node))
+            module.exit_json(**image.build(p["ref"], p["context"], p["dockerfile"], node,
+                                           base=p["base"] or None))
         if action == "save":
             if module.check_mode:
                 module.exit_json(changed=True, dir=image.archive_dir(p["run_dir"], p["expected_id"]))

@@ -128,6 +128,9 @@ def rank_env(cluster: Cluster, node: Node) -> dict[str, str]:
     fills = places(cluster)
     env = {key: c.fill(value, fills) for key, value in cluster.profile.env.items()}
     env.update(network_env(cluster, node))
+    box = cluster.profile.container
+    if cluster.runtime.kind == "container" and box.host_nccl_dir is not None:
+        env["LD_LIBRARY_PATH"] = box.nccl_mount  # the host NCCL build bound there (container_command)
     if cluster.profile.simulator is not None:
         # The lab's simulated rank reads its behaviour (boot delay, token rate, held memory) here,
         # and where the serving kit is, to check it as the real launcher does.
@@ -166,6 +169,10 @@ def docker_run(
         "--ipc", "host",
         "--cap-add", "IPC_LOCK",
     ]
+    if box.privileged:
+        cmd.append("--privileged")
+    if box.shm_size is not None:
+        cmd += ["--shm-size", box.shm_size]
     for limit, value in box.ulimits.items():
         cmd += ["--ulimit", f"{limit}={value}"]
     if box.gpus is not None:
@@ -190,8 +197,49 @@ def bind(src: str | PurePosixPath, dst: str, readonly: bool = False) -> str:
     return f"type=bind,src={src},dst={dst}" + (",readonly" if readonly else "")
 
 
+# The kit's pre-start checks (sparkctl.nodeside.prestart): where the spark_rank role installs the
+# script on the node, and where the rank's container sees it (a read-only bind of that one file).
+PRESTART_SCRIPT = "/opt/sparkctl/rank/prestart.py"
+CONTAINER_PRESTART = "/sparkctl-prestart.py"
+
+
+def prestart_script(cluster: Cluster) -> str | None:
+    """The pre-start script's path on the node when the rank's container runs it (a mounted kit)."""
+    return PRESTART_SCRIPT if kit.mounted(cluster) is not None else None
+
+
+def prestart_command(cluster: Cluster, argv: Sequence[str]) -> list[str]:
+    """``python3 <script> <checks> --``: what the container runs before the engine or the launcher.
+
+    The checks are the publisher's launcher's, with its inputs, as the profile's kit declares them:
+    the overlay manifest always; with ``kit.lock`` the runtime configuration, the checkpoint's
+    config.json (under the rendered --model-path, as the engine reads it), the image's SGLang commit
+    and the adapters; each compile step's product against its record and each extracted archive's
+    files against its manifest (``kit.build``). Empty without a mounted kit.
+    """
+    pk = kit.mounted(cluster)
+    if pk is None:
+        return []
+    cmd = ["python3", CONTAINER_PRESTART, "--kit", pk.mount, "--manifest", pk.manifest,
+           "--overlay-target", pk.overlay_target]
+    if pk.lock is not None:
+        model = argv[list(argv).index("--model-path") + 1]
+        cmd += ["--lock", pk.lock, "--model-config", f"{model}/config.json"]
+    for step in pk.build:
+        if step.compile is not None and step.compile.record is not None:
+            rec = step.compile.record
+            cmd += ["--build-record", rec.path, rec.key, step.compile.product]
+        if step.extract is not None:
+            cmd += ["--source-manifest", step.extract.manifest, step.extract.into]
+    return [*cmd, "--"]
+
+
 def container_command(cluster: Cluster, node: Node) -> list[str]:
-    """`docker run` of the pinned image with the rank's argv (container runtime)."""
+    """`docker run` of the pinned image with the rank's argv (container runtime).
+
+    With a mounted kit the container's entrypoint is the pre-start checks (``prestart_command``),
+    which exec the engine (or the kit's launcher) unchanged once every check passed.
+    """
     paths = cluster.paths
     run_dir = PurePosixPath(paths.run_dir)
     argv = rank_argv(cluster, node)
@@ -208,17 +256,27 @@ def container_command(cluster: Cluster, node: Node) -> list[str]:
         bind(run_dir / "cache", c.CONTAINER_CACHE_DIR),
         bind(run_dir / "state", c.CONTAINER_STATE_DIR),
     ]
+    # The profile's run-directory binds (FlashInfer's autotune cache kept across restarts) and the
+    # site's host NCCL build, when the container section names one.
+    box = cluster.profile.container
+    mounts += [bind(run_dir / b.src, b.dst, readonly=b.readonly) for b in box.binds]
+    if box.host_nccl_dir is not None:
+        mounts.append(bind(box.host_nccl_dir, box.nccl_mount, readonly=True))
     # … and one read-only bind per SGLang source overlay, over the file it replaces.
     mounts += [bind(src, dst, readonly=True) for src, dst in kit.overlay_binds(cluster)]
     if has_rank_secrets(cluster):
         mounts.append(bind(c.RANK_SECRETS_FILE, c.RANK_SECRETS_FILE, readonly=True))
     name = container_name(cluster, node)
+    engine = list(argv)
     if pk is not None and pk.entrypoint == "launcher":
         # The kit's launcher checks the kit, then execs SGLang with the arguments it builds from
         # the cluster file (the same values as `argv`, which plan keeps showing).
-        launcher = [a.replace("${rank}", str(node.rank)) for a in pk.launcher]
-        return docker_run(cluster, name, mounts, launcher[0], launcher[1:])
-    return docker_run(cluster, name, mounts, argv[0], argv[1:])
+        engine = [a.replace("${rank}", str(node.rank)) for a in pk.launcher]
+    if pk is not None:
+        # The launcher's checks, whichever entry point: the engine entry point skips none of them.
+        mounts.append(bind(PRESTART_SCRIPT, CONTAINER_PRESTART, readonly=True))
+        engine = [*prestart_command(cluster, argv), *engine]
+    return docker_run(cluster, name, mounts, engine[0], engine[1:])
 
 
 def nccl_check(cluster: Cluster, node: Node) -> dict[str, Any]:
@@ -416,6 +474,8 @@ class RankLaunch:
     container: str | None = None
     image: str | None = None
     kit_files: tuple[str, ...] = field(default=())
+    # With a mounted kit: where the role installs the pre-start script (sparkctl.nodeside.prestart).
+    prestart: str | None = None
 
     @property
     def unit_file(self) -> str:
@@ -437,6 +497,8 @@ class RankLaunch:
             out["container"] = self.container
             out["image"] = self.image
             out["kit_files"] = list(self.kit_files)
+            if self.prestart is not None:
+                out["prestart"] = self.prestart
         return out
 
     @classmethod
@@ -459,6 +521,7 @@ class RankLaunch:
             container=None if container is None else str(container),
             image=None if image is None else str(image),
             kit_files=tuple(str(f) for f in data.get("kit_files") or ()),
+            prestart=None if data.get("prestart") is None else str(data["prestart"]),
         )
 
 
@@ -476,4 +539,5 @@ def rank_launch(cluster: Cluster, node: Node) -> RankLaunch:
         container=container_name(cluster, node) if container else None,
         image=run_image(cluster) if container else None,
         kit_files=tuple(sorted(kit.rendered_files(cluster))) if container else (),
+        prestart=prestart_script(cluster),
     )

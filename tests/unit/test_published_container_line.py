@@ -127,17 +127,40 @@ def test_every_published_mount_is_rendered_with_the_same_target_and_mode(example
         assert got_src == want, dst
     overlays = [dst for dst in ours if dst.startswith("/sgl-workspace/sglang/")]
     assert len(overlays) == 11
-    # sparkctl's one addition: the 0600 secrets file SGLang reads through --config.
+    # sparkctl's additions: the 0600 secrets file SGLang reads through --config, and the kit's
+    # pre-start checks (one read-only file) the container runs before the engine.
     extra = set(ours) - set(published) - {rank.container_model_dir(example)}
-    assert extra == {common.RANK_SECRETS_FILE}
+    assert extra == {common.RANK_SECRETS_FILE, rank.CONTAINER_PRESTART}
+    assert ours[rank.CONTAINER_PRESTART] == (rank.PRESTART_SCRIPT, True)
 
 
-def test_the_engine_argv_is_the_one_plan_shows(example: Any) -> None:
+def test_the_engine_argv_is_the_one_plan_shows_after_the_prestart(example: Any) -> None:
+    """The one deliberate difference in what the container runs: the kit launcher's checks first
+    (``python3 /sparkctl-prestart.py <checks> --``), then SGLang with exactly the argv plan shows."""
     node = example.node("spark-2")
     cmd = rank.container_command(example, node)
     i = cmd.index("--entrypoint")
     assert cmd[i + 2] == example.runtime.image
-    assert [cmd[i + 1], *cmd[i + 3:]] == rank.rank_argv(example, node)
+    ran = [cmd[i + 1], *cmd[i + 3:]]
+    assert ran[:2] == ["python3", rank.CONTAINER_PRESTART]
+    cut = ran.index("--")
+    assert ran[:cut + 1] == rank.prestart_command(example, rank.rank_argv(example, node))
+    assert ran[cut + 1:] == rank.rank_argv(example, node)
+
+
+def test_the_prestart_reads_the_launchers_inputs(example: Any) -> None:
+    """The publisher's runtime/launch.py reads versions.lock.json, row-store-build.json (key
+    row_store_library_sha256, product adapter/librow_store.so), vendor/b12x-source-manifest.json
+    (files under b12x/), patches/manifest.json over /sgl-workspace/sglang, and
+    /models/<model_subpath>/config.json; the pre-start is given the same."""
+    words = rank.prestart_command(example, rank.rank_argv(example, example.node("spark-2")))
+    text = " ".join(words)
+    assert "--kit /opt/sglang4" in text
+    assert "--manifest patches/manifest.json --overlay-target /sgl-workspace/sglang" in text
+    assert "--lock versions.lock.json" in text
+    assert f"--model-config {rank.container_model_dir(example)}/config.json" in text
+    assert "--build-record row-store-build.json row_store_library_sha256 adapter/librow_store.so" in text
+    assert "--source-manifest vendor/b12x-source-manifest.json b12x" in text
 
 
 # The variables the publisher's launcher puts in each rank's environment: environment() of

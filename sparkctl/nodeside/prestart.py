@@ -18,7 +18,7 @@ point the profile chose, with the same inputs the launcher reads:
 
 Paths other than ``--model-config`` and ``--overlay-target`` are relative to ``--kit``. Every
 mismatch is reported, not only the first, one line each on stderr beginning with :data:`PREFIX`
-(which `up`'s boot watch and `logs` look for)::
+(which `up`'s boot watch looks for in the rank's journal, and `sparkctl logs` shows)::
 
     SPARKCTL_PRESTART FAIL <check> <file> expected <digest> actual <digest|missing|unset|…>
 

@@ -367,6 +367,37 @@ def check_runtime(d: Draft, p: Problems) -> None:
             "or a real profile (r4-nvme, m1-1m)",
         )
     _check_kit(d, p, rt, prof)
+    _check_required_image(d, p, rt, prof)
+
+
+def _check_required_image(d: Draft, p: Problems, rt: Runtime, prof: Profile) -> None:
+    """A profile that names the image it needs (``image:``, m1-1m): that build or its pinned ID only.
+
+    Its adapters (Engram rows from NVMe) exist only in the publisher's image; a stock or another
+    publisher's image would serve with the Engram tables in unified memory."""
+    need = prof.image
+    if need is None or rt.kind == "lab":  # the lab kind is refused above for a non-simulator profile
+        return
+    what = f"the profile {prof.name} needs the image built from {need.source}'s {need.dockerfile}"
+    if rt.kind != "container":
+        p.add("sparkctl_runtime.kind", f"{rt.kind}: {what} (its adapters exist only there)",
+              "use kind container with image_source: build")
+        return
+    if rt.image_source != "build":
+        if rt.image_id is None:
+            p.add("sparkctl_runtime.image_source",
+                  f"{rt.image_source} of {rt.image!r}: {what}; any other image loads the Engram tables "
+                  "into unified memory",
+                  f"set image_source: build with sparkctl_kit pinning {need.source} at a commit (only "
+                  "the build context, never mounted), or pin the image built from it with "
+                  "sparkctl_runtime.image_id")
+        return
+    kit: Kit | None = d.get("sparkctl_kit")
+    if kit is not None and kit.source == "git" and kit.url is not None:
+        url = str(kit.url).lower().removesuffix(".git").rstrip("/")
+        if not url.endswith("/" + need.source.lower()):
+            p.add("sparkctl_kit.url", f"{kit.url}: {what}, and this kit is another repository",
+                  f"pin {need.source} at a commit (https://github.com/{need.source}.git)")
 
 
 def _check_kit(d: Draft, p: Problems, rt: Runtime, prof: Profile) -> None:
@@ -417,8 +448,9 @@ def _check_kit(d: Draft, p: Problems, rt: Runtime, prof: Profile) -> None:
                   f"a serving kit is mounted into the rank's container; runtime kind is {rt.kind}",
                   "set sparkctl_runtime.kind: container, or remove sparkctl_kit")
     elif prof.kit is None:
-        p.add("sparkctl_kit", f"the profile {prof.name} declares no kit (mount point, overlays)",
-              "remove sparkctl_kit, or use a profile that mounts one (r4-nvme)")
+        if prof.image is None or prof.image.requires != "build-from-kit":
+            p.add("sparkctl_kit", f"the profile {prof.name} declares no kit (mount point, overlays)",
+                  "remove sparkctl_kit, or use a profile that mounts one (r4-nvme)")
     elif prof.kit.entrypoint == "launcher" and "api_key" in (d.get("sparkctl_secrets") or {}):
         p.add("sparkctl_profile_overrides.kit.entrypoint",
               "the kit's launcher builds SGLang's arguments itself and cannot pass the API key",

@@ -109,3 +109,6 @@ def test_the_launcher_cannot_carry_the_api_key(example_copy: Path) -> None:
     with pytest.raises(InputError) as err:
         load_inventory(example_copy)
     assert any("cannot pass the API key" in line for line in err.value.details)
+    # The engine entry point is recommended because it skips none of the launcher's checks now.
+    assert any("keep entrypoint engine: it makes the launcher's kit checks too" in line
+               for line in err.value.details)

@@ -89,10 +89,12 @@ def rank_faults(f: NodeFacts, mark: Mapping[str, Any] | None = None) -> list[str
     count = int(unit.get("restarts") or 0)
     if count:
         out.append(f"rank unit restarted {count}× (systemd NRestarts)")
-    if mark and f.active == "active":
+    if mark:
         was, now = mark.get("invocation"), unit.get("invocation")
         began, begins = mark.get("started_at"), box.get("started_at")
-        if was and now and was != now:
+        # A unit's invocation counts while it runs; a container's start whatever it does now (a
+        # `docker restart` of a rank whose `docker run` then exited leaves the unit stopped).
+        if f.active == "active" and was and now and was != now:
             out.append("restarted since `up` made it ready (≥1×: the rank unit runs a new invocation)")
         elif began and begins and began != begins:
             out.append(f"{name} restarted since `up` made it ready (≥1×: started {begins}, "

@@ -138,6 +138,50 @@ def test_memory_floor_above_the_lab_aborts_the_boot(served: Lab, tmp_path: Path)
         assert _rank_processes(served, node) == []
 
 
+def _status_naming(lab: Lab, node: str, words: str, within_s: float = 30.0) -> tuple[int, dict[str, Any]]:
+    """`status --json` polled until a reason of ``node`` holds ``words`` (or the time is up)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        status = lab.run_sparkctl("status", json_out=True)
+        snap = json.loads(status.stdout)
+        mine = [r for r in snap["reasons"] if r.startswith(f"{node} (rank ") and words in r]
+        if mine or time.monotonic() > deadline:
+            return status.returncode, snap
+        time.sleep(0.5)
+
+
+def test_a_rank_unit_restarted_after_ready_fails_status_naming_it(served: Lab) -> None:
+    """A rank restarted by hand rejoins no TP group: status says so even though its unit runs again
+    (the unit's new invocation against the one `up` recorded at readiness)."""
+    _ok(served.run_sparkctl("up", "--yes"), "up")
+    _ok(served.run_sparkctl("status"), "status after up")
+    served.ssh("spark-2", f"systemctl restart {UNIT}")
+    rc, snap = _status_naming(served, "spark-2", "restarted since `up` made it ready")
+    assert rc == 3 and snap["verdict"] == "degraded", snap
+    assert "spark-2 (rank 2): restarted since `up` made it ready (≥1×: the rank unit runs a new invocation)" \
+        in snap["reasons"], snap["reasons"]
+    assert snap["faults"]["spark-2"], snap
+    _ok(served.run_sparkctl("up", "--yes"), "up (heal)")  # a fresh group, recorded again at readiness
+    _ok(served.run_sparkctl("status"), "status after heal")
+
+
+def test_a_rank_container_restarted_by_docker_fails_status_naming_it(served: Lab) -> None:
+    """`docker restart` of one rank's container (the container runtime: the lab with its kit)."""
+    _ok(served.run_sparkctl("up", "--yes"), "up")
+    listed = served.ssh("spark-1", "docker ps --format '{{.Names}}' 2>/dev/null || true", check=False)
+    names = listed.stdout.split()
+    rank = [n for n in names if n.endswith("-r1")]
+    if not rank:
+        pytest.skip("the lab's ranks run without containers (no kit in its inventory)")
+    served.ssh("spark-1", f"docker restart --time 5 {rank[0]}")
+    rc, snap = _status_naming(served, "spark-1", f"container {rank[0]} restarted since `up` made it ready")
+    assert rc == 3 and snap["verdict"] in ("degraded", "down"), snap
+    assert any(r.startswith(f"spark-1 (rank 1): container {rank[0]} restarted since `up` made it ready")
+               for r in snap["reasons"]), snap["reasons"]
+    _ok(served.run_sparkctl("up", "--yes"), "up (heal)")
+    _ok(served.run_sparkctl("status"), "status after heal")
+
+
 @pytest.mark.lab_last
 def test_down_leaves_no_rank_process(served: Lab) -> None:
     _ok(served.run_sparkctl("up"), "up")

@@ -324,7 +324,8 @@ READY_LINE = "The server is fired up and ready to roll!"
 def engram_line(rank: int, layer: int, /, **changed: Any) -> str:
     """One ``NVME_ENGRAM_READY`` line in the fields R4's kit prints (``changed`` replaces some)."""
     doc = {"layer": layer, "rank": rank, "tp_size": 4, "packed": True, "empty_weight_parameters": True,
-           "cache_bytes": 0, "scale_bytes": 0, "rows": [0, 10], "path": f"/engram/engram-l{layer}-r{rank}of4.bin"}
+           "cache_bytes": 0, "scale_bytes": 0, "rows": [0, 10],
+           "path": f"/engram/engram-l{layer}-r{rank}of4.bin"}
     doc.update(changed)
     return "NVME_ENGRAM_READY " + json.dumps(doc)
 

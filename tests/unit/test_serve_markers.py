@@ -76,7 +76,8 @@ def test_each_engram_field_wrong_alone_is_named(key: str, value: Any) -> None:
     assert len(problems) == 1, problems
     want = json.dumps(2 if key == "rank" else 4 if key == "tp_size" else
                       True if key in ("packed", "empty_weight_parameters") else 0)
-    assert problems[0] == f"rank 2: NVME_ENGRAM_READY line 2: field {key} expected {want}, got {json.dumps(value)}"
+    assert problems[0] == (f"rank 2: NVME_ENGRAM_READY line 2: field {key} expected {want}, "
+                           f"got {json.dumps(value)}")
 
 
 def test_engram_layers_and_line_count() -> None:
@@ -85,7 +86,8 @@ def test_engram_layers_and_line_count() -> None:
                                 "got [1, 13]"]
     one = [ln for ln in _good_lines(2) if '"layer": 14' not in ln]
     assert _problems(one) == ["rank 2: 'NVME_ENGRAM_READY': 1 lines, want exactly 2"]
-    assert _problems([*_good_lines(2), _engram(2, 1)]) == ["rank 2: 'NVME_ENGRAM_READY': 3 lines, want exactly 2"]
+    three = [*_good_lines(2), _engram(2, 1)]
+    assert _problems(three) == ["rank 2: 'NVME_ENGRAM_READY': 3 lines, want exactly 2"]
 
 
 @pytest.mark.parametrize(("key", "value", "want"), [
@@ -139,14 +141,16 @@ def test_only_the_last_layout_receipt_counts() -> None:
     layout_bad = next(ln for ln in stale if "DSPARK_MOE_LAYOUT" in ln)
     layout_good = next(ln for ln in good if "DSPARK_MOE_LAYOUT" in ln)
     assert _problems([*good[:-1], layout_bad, layout_good], rank=3) == []
-    assert _problems([*good, layout_bad], rank=3) == ["rank 3: DSPARK_MOE_LAYOUT: target: 0 entries, expected 40"]
+    assert _problems([*good, layout_bad], rank=3) == [
+        "rank 3: DSPARK_MOE_LAYOUT: target: 0 entries, expected 40"]
     broken = [ln if "DSPARK_MOE_LAYOUT" not in ln else "DSPARK_MOE_LAYOUT {truncated" for ln in good]
     assert _problems(broken, rank=3)[0].startswith("rank 3: DSPARK_MOE_LAYOUT line 1: not JSON")
 
 
 def test_roce_on_needs_ready_for_this_rank_and_a_route_line() -> None:
     no_route = [ln for ln in _good_lines(2) if "ROCE_TP4_ROUTE" not in ln]
-    assert _problems(no_route) == ["rank 2: ROCE_TP4_READY needs a 'ROCE_TP4_ROUTE' line as well: none logged"]
+    assert _problems(no_route) == [
+        "rank 2: ROCE_TP4_READY needs a 'ROCE_TP4_ROUTE' line as well: none logged"]
     other = [ln.replace('"rank":2', '"rank":1') if "ROCE_TP4_READY" in ln else ln for ln in _good_lines(2)]
     assert _problems(other) == ["rank 2: ROCE_TP4_READY: field rank expected 2, got 1"]
     world = [ln.replace('"world_size":4', '"world_size":2') if "ROCE_TP4_READY" in ln else ln

@@ -85,7 +85,8 @@ def test_docker_and_systemd_restart_counts_fail_the_verdict(tmp_path: Path) -> N
     nodes.state["spark-3"].restarts = 2
     snap = _snap(site)
     assert snap.verdict == verdict.DEGRADED
-    assert snap.reasons == [f"spark-1 (rank 1): container sparkctl-{cluster.name}-r1 restarted 1× (docker RestartCount)",
+    assert snap.reasons == [f"spark-1 (rank 1): container sparkctl-{cluster.name}-r1 restarted 1× "
+                            "(docker RestartCount)",
                             "spark-3 (rank 3): rank unit restarted 2× (systemd NRestarts)"]
     assert "restarted 1×" in _text(snap)
 
@@ -110,13 +111,23 @@ def test_a_rank_started_again_since_ready_fails_the_verdict(tmp_path: Path) -> N
     box["started_at"] = "2026-12-05T10:07:00.5Z"
     snap = _snap(site)
     assert snap.verdict == verdict.DEGRADED
-    assert snap.reasons == [f"spark-2 (rank 2): container sparkctl-{cluster.name}-r2 restarted since `up` made "
-                            f"it ready (≥1×: started 2026-12-05T10:07:00.5Z, ready with the start of {STARTED})"]
+    assert snap.reasons == [f"spark-2 (rank 2): container sparkctl-{cluster.name}-r2 restarted since "
+                            "`up` made it ready (≥1×: started 2026-12-05T10:07:00.5Z, ready with the "
+                            f"start of {STARTED})"]
     # `systemctl restart` of another rank's unit: a new invocation (and a new container).
     nodes.state["spark-1"].invocation = "def"
     reasons = _snap(site).reasons
     assert "spark-1 (rank 1): restarted since `up` made it ready (≥1×: the rank unit runs a new invocation)" \
         in reasons
+    # A `docker restart` whose `docker run` then exited: the unit stopped, the restart still named.
+    nodes.state["spark-3"].unit, nodes.state["spark-3"].result = "failed", "exit-code"
+    box = nodes.state["spark-3"].container
+    assert box is not None
+    box["started_at"], box["running"] = "2026-12-05T10:09:00Z", False
+    reasons = _snap(site).reasons
+    assert any(r.startswith("spark-3 (rank 3): rank unit not running") for r in reasons), reasons
+    assert f"spark-3 (rank 3): container sparkctl-{cluster.name}-r3 restarted since `up` made it ready " \
+           f"(≥1×: started 2026-12-05T10:09:00Z, ready with the start of {STARTED})" in reasons
 
 
 def test_without_a_ready_record_nothing_is_compared(tmp_path: Path) -> None:

@@ -195,3 +195,49 @@ def test_the_script_runs_alone_with_the_standard_library(tree: Tree, tmp_path: P
                           env={"PATH": os.environ.get("PATH", ""), prestart.COMMIT_ENV: COMMIT})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "7\n"
+
+
+def test_the_lab_kit_as_staged_passes_the_prestart_rendered_for_the_lab(tmp_path: Path) -> None:
+    """End to end without the lab: the lab's synthetic kit (R4's paths and lock keys), built as
+    `stage kit` builds it (nodeside.kitbuild: b12x extracted, the row store's compile standing in
+    for g++), its overlays where the container binds them, the lab checkpoint's config.json; the
+    pre-start as sparkctl renders it for the lab (container paths mapped into tmp) passes, and a
+    changed runtime configuration is named."""
+    from support.gates_fakes import container_site
+
+    from sparkctl.nodeside import kitbuild
+    from sparkctl.render import rank
+    from sparkctl_lab import kit as labkit
+
+    (tmp_path / "site").mkdir()
+    cluster, _doc = container_site(tmp_path / "site")
+    pk = cluster.profile.kit
+    root, target = tmp_path / "kit", tmp_path / "sglang"
+    for rel, data in labkit.files().items():
+        write(root / rel, data)
+    for rel in pk.overlays:
+        write(target / rel, (root / pk.overlay_source / rel).read_bytes())
+
+    def compiled(argv: list[str]) -> tuple[int, str]:  # g++ in the image: writes the product
+        out = argv[argv.index("-o") + 1].replace(pk.mount, str(root))
+        write(Path(out), b"\x7fELF compiled row store")
+        return 0, ""
+
+    steps = [s.as_fact() for s in pk.build]
+    kitbuild.build(str(root), "a" * 40, steps, pk.mount, "engine", "sha256:" + "1" * 64, run=compiled)
+    argv = rank.rank_argv(cluster, cluster.head)
+    model_config = tmp_path / "models" / "config.json"
+    write(model_config, labkit.MODEL_CONFIG)
+    mapped = {pk.mount: str(root), pk.overlay_target: str(target),
+              f"{argv[argv.index('--model-path') + 1]}/config.json": str(model_config)}
+    rendered = rank.prestart_command(cluster, argv)
+    assert rendered[:2] == ["python3", rank.CONTAINER_PRESTART] and rendered[-1] == "--"
+    args = [mapped.get(a, a) for a in rendered[2:-1]]
+    assert "--lock" in args and "--build-record" in args and "--source-manifest" in args
+    proc = run(args, [sys.executable, "-c", "print(42)"], env_commit=labkit.SGLANG_COMMIT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "42\n"
+    (root / labkit.RUNTIME_CONFIGURATION).write_text("# edited on the node\n")
+    proc = run(args, [sys.executable, "-c", "print(42)"], env_commit=labkit.SGLANG_COMMIT)
+    assert [ln.split()[2:4] for ln in fail_lines(proc.stderr)] == [
+        ["runtime-configuration", str(root / labkit.RUNTIME_CONFIGURATION)]]

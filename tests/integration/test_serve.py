@@ -182,6 +182,27 @@ def test_a_rank_container_restarted_by_docker_fails_status_naming_it(served: Lab
     _ok(served.run_sparkctl("status"), "status after heal")
 
 
+def test_a_rank_container_oom_killed_fails_status_naming_it(served: Lab) -> None:
+    """A real OOM kill: the running rank container's memory limit set below what the simulated rank
+    holds (the lab profile's hold_mem_mib, 256 MiB), no swap, so the kernel kills it (docker's
+    State.OOMKilled). Skipped where the lab's ranks run without containers or its docker cannot set
+    a memory limit (no memory controller inside the node)."""
+    _ok(served.run_sparkctl("up", "--yes"), "up")
+    listed = served.ssh("spark-3", "docker ps --format '{{.Names}}' 2>/dev/null || true", check=False)
+    rank = [n for n in listed.stdout.split() if n.endswith("-r3")]
+    if not rank:
+        pytest.skip("the lab's ranks run without containers (no kit in its inventory)")
+    limit = served.ssh("spark-3", f"docker update --memory 32m --memory-swap 32m {rank[0]} 2>&1", check=False)
+    if limit.returncode != 0:
+        served.run_sparkctl("up", "--yes")
+        pytest.skip(f"docker cannot limit the rank container's memory here: {limit.stdout.strip()[-200:]}")
+    rc, snap = _status_naming(served, "spark-3", f"container {rank[0]} was OOM-killed", within_s=60.0)
+    assert rc == 3 and snap["verdict"] in ("degraded", "down"), snap
+    assert f"spark-3 (rank 3): container {rank[0]} was OOM-killed" in snap["reasons"], snap["reasons"]
+    _ok(served.run_sparkctl("up", "--yes"), "up (heal)")
+    _ok(served.run_sparkctl("status"), "status after heal")
+
+
 @pytest.mark.lab_last
 def test_down_leaves_no_rank_process(served: Lab) -> None:
     _ok(served.run_sparkctl("up"), "up")

@@ -133,8 +133,8 @@ def group_vars_document(inv: LabInventory) -> dict[str, Any]:
         "sparkctl_fabric": {
             "subnets": [str(h.subnet) for h in topo.HALVES],
             "mtu": topo.HOST_FABRIC_MTU,
-            # The QoS role skips itself where no RDMA device exists (the lab); keeping the intent
-            # on means NCCL_IB_TC is rendered exactly as on a real site.
+            # The QoS role skips itself where no RDMA device exists (the lab); the intent stays on as
+            # on a real site. The ranks get no NCCL_IB_TC: the lab's Linux bridge has no lossless class.
             "host_qos": True,
             "bootstrap_over": "fabric",
             "stage_over_fabric": True,

@@ -53,8 +53,8 @@ CLUSTER_ENV: dict[str, str] = {
     "NCCL_SOCKET_IFNAME": "from sparkctl_fabric.bootstrap_over and the fabric ports",
     "GLOO_SOCKET_IFNAME": "from sparkctl_fabric.bootstrap_over and the fabric ports",
     "NCCL_IB_HCA": "from the hca of every sparkctl_fabric_ports entry",
-    "NCCL_IB_TC": "from sparkctl_fabric.host_qos",
-    "B12X_ROCE_TRAFFIC_CLASS": "from sparkctl_fabric.host_qos",
+    "NCCL_IB_TC": "from sparkctl_fabric.host_qos and the switch's lossless class",
+    "B12X_ROCE_TRAFFIC_CLASS": "from sparkctl_fabric.host_qos and the switch's lossless class",
 }
 
 # Placeholders allowed in string values of args and env; the renderer fills them per runtime

@@ -72,7 +72,7 @@ def test_r4_nvme_on_a_venv_with_a_kit_says_to_change_the_runtime_not_to_drop_the
 
 
 def test_a_profile_whose_kit_is_optional_still_runs_on_a_venv(example_copy: Path) -> None:
-    _site(example_copy, sparkctl_profile="m1-1m",
+    _site(example_copy, sparkctl_profile_overrides={"kit": {"required": False}},
           sparkctl_runtime={"kind": "venv", "venv_path": "/opt/sparkctl/venv"}, sparkctl_kit=None)
     assert load_inventory(example_copy).runtime.kind == "venv"
 
@@ -91,7 +91,7 @@ def test_dspark_with_eight_slots_and_the_delayer_left_on_is_refused(example_copy
 
 def test_sixteen_slots_without_the_delay_flag_wait_for_three(example_copy: Path) -> None:
     args = {"--max-running-requests": 16, "--min-free-slots-delay": False}
-    _site(example_copy, sparkctl_profile="m1-1m", sparkctl_profile_overrides={"args": args})
+    _site(example_copy, sparkctl_profile_overrides={"args": args})
     lines = _problems(example_copy)
     (line,) = _on(f"{OVERRIDE}--min-free-slots-delay", lines)
     assert "until 3 slots are free" in line  # min(4, max(2, (16 + 5) // 6))

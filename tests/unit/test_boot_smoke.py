@@ -38,7 +38,8 @@ class Endpoint:
     """A chat endpoint answering each request with ``answer(body)``; keeps every body it got."""
 
     def __init__(self, answer: Any) -> None:
-        self.answer, self.bodies, self.lock = answer, [], threading.Lock()
+        self.answer, self.lock = answer, threading.Lock()
+        self.bodies: list[dict[str, Any]] = []
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         assert request.url.path == "/v1/chat/completions"
@@ -146,7 +147,7 @@ class SimEndpoint(Endpoint):
             running = self.barrier.parties
         prompt = read_prompt(body["messages"], None)
         out = self.responder.reply(body, prompt, body["max_tokens"], running=running)
-        return out.content, out.finish_reason
+        return out.content or "", out.finish_reason
 
 
 def test_the_simulator_answers_the_smoke_and_its_garbage_fault_trips_the_guard() -> None:

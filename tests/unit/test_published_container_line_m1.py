@@ -80,7 +80,7 @@ def _parse(words: list[str]) -> tuple[list[str], dict[str, tuple[str, bool]], di
         if w == "--entrypoint" or w.startswith("<IMAGE>"):
             break
         if w == "--mount":
-            fields = dict(f.split("=", 1) if "=" in f else (f, "") for f in words[i + 1].split(","))
+            fields = dict(f.partition("=")[::2] for f in words[i + 1].split(","))
             mounts[fields["dst"]] = (fields["src"], "readonly" in fields)
             i += 2
         elif w == "-v":

@@ -88,7 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # and the lifecycle on the other. One process without xdist runs both, one after the other.
 STREAMS = (
     ("test_image", "test_kit", "test_stage", "test_provision", "test_thermals_lab",
-     "test_sim_by_hand", "test_serve", "test_up_fast", "test_monitoring_lab", "test_qa",
+     "test_sim_by_hand", "test_serve", "test_m1_smoke_lab", "test_up_fast", "test_monitoring_lab", "test_qa",
      "test_ssh_port_lab"),
     ("test_lab", "test_lab_docker", "test_lifecycle", "test_revert", "test_provision_fast",
      "test_watch", "test_watch_lifecycle", "test_vault", "test_wheel_install"),

@@ -298,6 +298,9 @@ def nccl_check(cluster: Cluster, node: Node) -> dict[str, Any]:
     env: dict[str, str] = {}
     if kind == "container":
         mounts = [bind(c.NCCL_CHECK_SCRIPT, c.CONTAINER_NCCL_SCRIPT, readonly=True)]
+        box = cluster.profile.container
+        if box.host_nccl_dir is not None:  # the rank's NCCL (LD_LIBRARY_PATH is in its environment)
+            mounts.append(bind(box.host_nccl_dir, box.nccl_mount, readonly=True))
         name = f"sparkctl-{cluster.name}-nccl-r{node.rank}"
         command = docker_run(
             cluster, name, mounts, "python3", [c.CONTAINER_NCCL_SCRIPT, *tail],

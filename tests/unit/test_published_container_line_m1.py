@@ -160,6 +160,9 @@ def test_the_host_nccl_build_is_bound_as_published_when_configured(tmp_path: Pat
     assert published["/nccl"] == ("<NCCL_HOST_DIR>", True)
     assert ours["/nccl"] == ("/opt/nccl-2.30.7", True)
     assert rank.rank_env(m1, node)["LD_LIBRARY_PATH"] == env["LD_LIBRARY_PATH"] == "/nccl"
+    # `check fabric` runs NCCL the way the rank does: the same library.
+    check = rank.nccl_check(m1, node)["command"]
+    assert "type=bind,src=/opt/nccl-2.30.7,dst=/nccl,readonly" in check
 
 
 def test_without_a_host_nccl_build_the_images_nccl_is_used(m1: Any) -> None:

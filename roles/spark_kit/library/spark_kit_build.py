@@ -44,7 +44,7 @@ def _compare(module, reports):
         nodes = sorted({n for n, _ in odd})
         shown = "; ".join(nk.describe(p, node=n) for n, p in odd[:8])
         more = " (and {} more)".format(len(odd) - 8) if len(odd) > 8 else ""
-        module.fail_json(msg="the kit's build products differ across nodes, odd: {}: {}{}".format(
+        module.fail_json(msg="the kit's build products differ across nodes (odd: {}): {}{}".format(
             ", ".join(nodes), shown, more), odd=[dict(p, node=n) for n, p in odd])
     module.exit_json(changed=False, nodes=len(reports))
 

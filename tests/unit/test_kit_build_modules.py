@@ -1,0 +1,133 @@
+"""The spark_kit build modules run through Ansible itself (AnsiballZ packing nodeside/kitbuild.py):
+the build in the engine image with a stand-in docker, nothing changed on a re-run, check mode, the
+products spared by the head's prune and checked by the verification, and the comparison across
+nodes naming the odd node."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.modrun import needs_ansible, run_module
+
+from sparkctl.nodeside import kit as nk
+from sparkctl.nodeside import kitbuild
+
+pytestmark = needs_ansible
+
+VERSION = "c" * 40
+MOUNT = "/opt/sglang4"
+IMAGE = "engine:pinned"
+ARGV = ["g++", "-O2", "-shared", "-fPIC", f"{MOUNT}/adapter/row_store.cpp", "-o",
+        f"{MOUNT}/adapter/librow_store.so"]
+STEPS = [{"compile": {"argv": ARGV, "product": "adapter/librow_store.so",
+                      "record": {"path": "row-store-build.json", "key": "row_store_library_sha256"}}}]
+
+# `docker image inspect --format {{.Id}} REF` prints the ID in $IMAGE_ID_FILE; `docker run … --mount
+# type=bind,src=S,dst=D … -o D/<rel>` writes S/<rel> naming the image ID; every run is logged.
+DOCKER = r"""#!/usr/bin/env python3
+import os, sys
+a = sys.argv[1:]
+image_id = open(os.environ["IMAGE_ID_FILE"]).read().strip()
+if a[:2] == ["image", "inspect"]:
+    print(image_id)
+    sys.exit(0)
+with open(os.environ["DOCKER_LOG"], "a") as log:
+    log.write(" ".join(a) + "\n")
+src, dst = [kv.split("=", 1)[1] for kv in a[a.index("--mount") + 1].split(",")][1:3]
+out = a[a.index("-o") + 1]
+with open(os.path.join(src, os.path.relpath(out, dst)), "w") as f:
+    f.write("ELF built in " + image_id + "\n")
+"""
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> dict[str, Any]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(DOCKER)
+    (bin_dir / "docker").chmod(0o755)
+    id_file = tmp_path / "image-id"
+    id_file.write_text("sha256:" + "a" * 64)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "IMAGE_ID_FILE": str(id_file),
+           "DOCKER_LOG": str(tmp_path / "docker.log")}
+    store = tmp_path / "store"
+    root = store / VERSION
+    (root / "adapter").mkdir(parents=True)
+    (root / "adapter" / "row_store.cpp").write_text("int f() { return 1; }\n")
+    digest, files = nk.tree(str(root))
+    return {"env": env, "store": store, "root": root, "id_file": id_file, "log": tmp_path / "docker.log",
+            "expected": nk.file_manifest(digest, files, {"source": "git"})}
+
+
+def _module(name: str, args: dict[str, Any], node: dict[str, Any],
+            check: bool = False) -> tuple[bool, dict[str, Any]]:
+    return run_module("spark_kit", name, args, check, env=node["env"])
+
+
+def _build_args(node: dict[str, Any]) -> dict[str, Any]:
+    return {"node": "spark-1", "store": str(node["store"]), "version": VERSION, "steps": STEPS,
+            "mount": MOUNT, "image": IMAGE, "expected": node["expected"]}
+
+
+def _runs(node: dict[str, Any]) -> int:
+    return len(node["log"].read_text().splitlines()) if node["log"].exists() else 0
+
+
+def test_build_then_nothing_changed_then_a_new_image_rebuilds(node: dict[str, Any]) -> None:
+    failed, res = _module("spark_kit_build", _build_args(node), node, check=True)
+    assert not failed and res["changed"] and res["would_build"] and _runs(node) == 0
+    failed, res = _module("spark_kit_build", _build_args(node), node)
+    assert not failed and res["changed"] and res["built"] and _runs(node) == 1
+    assert "--network none" in node["log"].read_text()
+    lib = nk.file_sha256(str(node["root"] / "adapter" / "librow_store.so"))
+    assert res["products"]["adapter/librow_store.so"] == lib
+    assert json.loads((node["root"] / "row-store-build.json").read_text()) == {
+        "row_store_library_sha256": lib, "image": "sha256:" + "a" * 64}
+    failed, res = _module("spark_kit_build", _build_args(node), node)
+    assert not failed and res["changed"] is False and _runs(node) == 1
+    node["id_file"].write_text("sha256:" + "b" * 64)
+    failed, res = _module("spark_kit_build", _build_args(node), node)
+    assert not failed and res["changed"] and _runs(node) == 2
+    assert res["record"]["image_id"] == "sha256:" + "b" * 64
+
+
+def test_products_survive_the_prune_and_are_verified_against_the_record(node: dict[str, Any]) -> None:
+    assert not _module("spark_kit_build", _build_args(node), node)[0]
+    store_args = {"store": str(node["store"]), "version": VERSION, "expected": node["expected"],
+                  "prune": True, "build": STEPS}
+    failed, res = _module("spark_kit_store", store_args, node)
+    assert not failed and res["foreign"] == [] and res["changed"] is False
+    verify = {"node": "spark-1", "store": str(node["store"]), "version": VERSION,
+              "expected": node["expected"], "build": STEPS, "products": True, "image": IMAGE}
+    failed, res = _module("spark_kit_verify", verify, node)
+    assert not failed and res["kit"]["verified"]
+    lib_path = node["root"] / "adapter" / "librow_store.so"
+    lib = nk.file_sha256(str(lib_path))
+    lib_path.write_text("altered\n")
+    failed, res = _module("spark_kit_verify", verify, node)
+    assert failed and res["msg"] == (
+        f"spark-1: kit {VERSION} fails verification: adapter/librow_store.so: build product differs from "
+        f"the build record (expected {lib}, actual {nk.file_sha256(str(lib_path))})")
+    # Rebuilt, then the node's image changes: the record names another image.
+    lib_path.unlink()
+    _module("spark_kit_build", _build_args(node), node)
+    node["id_file"].write_text("sha256:" + "b" * 64)
+    failed, res = _module("spark_kit_verify", verify, node)
+    assert failed and f"{kitbuild.RECORD}: built in another engine image" in res["msg"]
+
+
+def test_compare_names_the_odd_node_and_the_product(node: dict[str, Any]) -> None:
+    same = {"adapter/librow_store.so": "1" * 64}
+    odd = {"adapter/librow_store.so": "9" * 64}
+    reports = {"spark-0": same, "spark-1": same, "spark-2": odd, "spark-3": same}
+    failed, res = _module("spark_kit_build", {"action": "compare", "reports": reports}, node)
+    assert failed and res["msg"] == (
+        "the kit's build products differ across nodes (odd: spark-2): spark-2: adapter/librow_store.so: build "
+        f"product differs across nodes (expected {'1' * 64}, actual {'9' * 64})")
+    reports = {"spark-0": same, "spark-1": same}
+    failed, res = _module("spark_kit_build", {"action": "compare", "reports": reports}, node)
+    assert not failed and res["changed"] is False

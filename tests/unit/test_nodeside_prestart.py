@@ -241,3 +241,24 @@ def test_the_lab_kit_as_staged_passes_the_prestart_rendered_for_the_lab(tmp_path
     proc = run(args, [sys.executable, "-c", "print(42)"], env_commit=labkit.SGLANG_COMMIT)
     assert [ln.split()[2:4] for ln in fail_lines(proc.stderr)] == [
         ["runtime-configuration", str(root / labkit.RUNTIME_CONFIGURATION)]]
+
+
+def test_the_rank_role_installs_this_file_where_the_container_binds_it(tmp_path: Path) -> None:
+    """roles/spark_rank copies files/nodeside/prestart.py (this module) to ``rank_launch.prestart``,
+    the host side of the container's read-only bind at CONTAINER_PRESTART."""
+    import yaml
+    from support.gates_fakes import container_site
+
+    from sparkctl.render import rank
+
+    role = Path(__file__).resolve().parents[2] / "roles" / "spark_rank"
+    tasks = yaml.safe_load((role / "tasks" / "install.yml").read_text())
+    copies = [t["ansible.builtin.copy"] for t in tasks if "ansible.builtin.copy" in t]
+    task = next(c for c in copies if c.get("src") == "nodeside/prestart.py")
+    assert (role / "files" / task["src"]).resolve() == SCRIPT.resolve()
+    assert task["dest"] == "{{ spark_rank_launch.prestart }}" and task["mode"] == "0644"
+    _cluster, doc = container_site(tmp_path)
+    entry = doc["nodes"][1]
+    assert entry["rank_launch"]["prestart"] == rank.PRESTART_SCRIPT
+    bind = f"type=bind,src={rank.PRESTART_SCRIPT},dst={rank.CONTAINER_PRESTART},readonly"
+    assert bind in entry["rank_launch"]["command"]

@@ -81,6 +81,22 @@ def test_up_reaches_ready_and_status_exits_0(served: Lab) -> None:
         assert leaked.strip() == "", f"{node}: API key found in {leaked}"
 
 
+def test_the_lab_ranks_get_no_traffic_class_without_a_lossless_switch_class(served: Lab) -> None:
+    """host_qos is on in the lab, but its Linux bridge has no PFC class: neither the plan nor the
+    env file up wrote on each node marks RoCE traffic (NCCL_IB_TC, B12X_ROCE_TRAFFIC_CLASS)."""
+    plan = served.run_sparkctl("plan", json_out=True)
+    _ok(plan, "plan")
+    doc = json.loads(plan.stdout)
+    assert doc["switch"]["type"] == "linux"
+    for entry in doc["nodes"]:
+        env = entry["rank_launch"]["env"]
+        assert "NCCL_IB_HCA" in env and "NCCL_IB_TC" not in env and "B12X_ROCE_TRAFFIC_CLASS" not in env
+    for node in NODES:
+        text = served.ssh(node, "cat /etc/sparkctl/rank.env").stdout
+        assert "NCCL_IB_HCA=" in text, node
+        assert "NCCL_IB_TC=" not in text and "B12X_ROCE_TRAFFIC_CLASS=" not in text, (node, text)
+
+
 def test_killed_rank_turns_status_degraded_and_up_heals(served: Lab) -> None:
     _ok(served.run_sparkctl("up"), "up")
     # SIGKILL the rank's process (systemd's own `kill` cannot signal a cgroup-v1 scope inside nspawn).

@@ -674,7 +674,7 @@ class Profile(_Strict):
                 problems.extend(sglang_flags.problems(flag, value))
         if problems:
             raise ValueError("\n".join(problems))
-        return args
+        return {flag: sglang_flags.plain(flag, value) for flag, value in args.items()}
 
     @field_validator("env", mode="before")
     @classmethod

@@ -101,6 +101,16 @@ def number(flag: str, value: Any) -> float | None:
     return _number(value, spec.get("type", "float"), bool(spec.get("suffixes")))
 
 
+def plain(flag: str, value: Any) -> Any:
+    """``value`` as SGLang reads it when written with a size suffix ("1M" -> 1000000), so the argv,
+    the memory arithmetic and the /server_info gate all see the number; any other value unchanged."""
+    spec = catalogue()["flags"].get(flag) or {}
+    if spec.get("suffixes") and isinstance(value, str) and _SUFFIXED.match(value.strip()):
+        num = _number(value, "int", True)
+        return value if num is None else int(num)
+    return value
+
+
 def problems(flag: str, value: Any) -> list[str]:
     """What is wrong with ``flag: value`` for SGLang ([] when nothing)."""
     if flag in SECRET_FLAGS:

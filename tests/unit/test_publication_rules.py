@@ -193,3 +193,11 @@ def test_a_bad_flag_is_reported_with_the_missing_switch(example_copy: Path) -> N
     lines = _problems(example_copy)
     for field in (f"{OVERRIDE}--context-length", f"{OVERRIDE}--max-total-tokens", "all.children.switches"):
         assert _on(field, lines), (field, lines)
+
+
+def test_a_suffixed_size_is_kept_as_the_number_sglang_reads(example_copy: Path) -> None:
+    args = {"--context-length": "1M", "--max-total-tokens": "4M"}
+    _site(example_copy, sparkctl_profile_overrides={"args": args})
+    profile = load_inventory(example_copy).profile
+    assert profile.args["--context-length"] == 1_000_000 and profile.context_length == 1_000_000
+    assert profile.args["--max-total-tokens"] == 4_000_000

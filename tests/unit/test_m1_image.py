@@ -154,3 +154,20 @@ def test_preflight_asks_the_probe_for_the_image_environment_only_with_a_requirem
     assert probe_params(cluster, entry, "preflight")["image_env"] is True
     r4 = load_inventory(EXAMPLE)
     assert "image_env" not in probe_params(r4, plan_document(r4)["nodes"][0], "preflight")
+
+
+# --- the kit: Mia's repository as the build context ---------------------------------------------
+
+
+def test_a_build_context_kit_needs_no_overlay_manifest(tmp_path: Path) -> None:
+    from sparkctl.stage import kit as stage_kit
+
+    tree = tmp_path / "mia"
+    (tree / "adapter").mkdir(parents=True)
+    (tree / "Dockerfile").write_text(f"FROM {BASE}\n")
+    (tree / "adapter" / "row_store.cpp").write_text("// row store\n")
+    res = stage_kit.prepare("dir", str(tmp_path / "cache"), path=str(tree), overlays=[])
+    assert res["overlays"] == {} and "Dockerfile" in json.dumps(res["manifest"])
+    # A profile that declares overlays still needs the manifest.
+    with pytest.raises(stage_kit.KitSourceError, match=r"patches/manifest\.json"):
+        stage_kit.prepare("dir", str(tmp_path / "cache"), path=str(tree), overlays=["python/x.py"])

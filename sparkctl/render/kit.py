@@ -13,8 +13,6 @@ import json
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from sparkctl.nodeside import images
-
 if TYPE_CHECKING:  # annotations only: render never imports the model at run time
     from sparkctl.model.cluster import Cluster
     from sparkctl.profiles import Kit as ProfileKit
@@ -173,21 +171,12 @@ def kit_facts(cluster: Cluster) -> dict[str, Any] | None:
             files=[{"host": host, "dst": dst} for host, dst in file_binds(cluster)],
             markers=[m.pattern for m in cluster.profile.gates.log_markers if m.required == "with-kit"],
             build=build_steps(cluster),
-            build_image=build_image(cluster),
         )
     return out
 
 
 def build_steps(cluster: Cluster) -> list[dict[str, Any]]:
-    """The profile's kit build steps as data (``nodeside.kitbuild``), [] without any."""
-    pk = cluster.profile.kit
+    """The profile's kit build steps as data (``nodeside.kitbuild``) where the ranks mount the kit
+    (the compile runs in their image, ``render.rank.run_image``); [] otherwise or without any."""
+    pk = mounted(cluster)
     return [] if pk is None else [step.as_fact() for step in pk.build]
-
-
-def build_image(cluster: Cluster) -> str | None:
-    """The image the build steps compile in: the one the ranks run, named as `docker run` names it
-    (``render.rank.run_image``: ``nodeside.images.run_reference`` of the configured image); None
-    without build steps or outside containers."""
-    if not build_steps(cluster) or cluster.runtime.kind != "container" or not cluster.runtime.image:
-        return None
-    return images.run_reference(str(cluster.runtime.image))

@@ -41,9 +41,8 @@ from sparkctl.nodeside import images as images_
 from sparkctl.nodeside import kit as nodekit
 from sparkctl.nodeside import kitbuild, prestart, ship
 from sparkctl.render.common import RANK_UNIT_NAME
-from sparkctl.render.kit import build_image as kit_build_image
 from sparkctl.render.kit import build_steps as kit_build_steps
-from sparkctl.render.rank import start_waves
+from sparkctl.render.rank import run_image, start_waves
 from sparkctl.serve import probe
 from sparkctl.serve.probe import FleetLike
 
@@ -132,7 +131,7 @@ def check_params(cluster: Cluster, entry: Mapping[str, Any], kit: KitReference |
         params["kit"] = {"store": kit.store, "version": kit.version, "expected": kit.manifest}
         steps = kit_build_steps(cluster)
         if steps:  # the kit's build products, against each node's build record and image
-            params["kit"].update(build_steps=steps, build_image=kit_build_image(cluster))
+            params["kit"].update(build_steps=steps, build_image=run_image(cluster))
     if cluster.runtime.kind == "container":
         params["image"] = {"ref": cluster.runtime.image, "want_id": cluster.runtime.image_id}
     return params

@@ -33,7 +33,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sparkctl.nodeside import images as images_
 from sparkctl.nodeside import kit as nodekit
 from sparkctl.nodeside import kitbuild, ship
+from sparkctl.render.kit import build_steps as kit_build_steps
 from sparkctl.render.kit import kit_facts
+from sparkctl.render.rank import run_image
 from sparkctl.stage import manifest as mf
 
 if TYPE_CHECKING:
@@ -108,9 +110,9 @@ def check_params(cluster: Cluster, node: Node, todo: list[str], kit: KitReferenc
     params: dict[str, Any] = {"mode": "stagecheck"}
     if "kit" in todo and kit is not None:
         params["kit"] = {"store": kit.store, "version": kit.version, "expected": kit.manifest}
-        facts = kit_facts(cluster) or {}
-        if facts.get("build"):  # the kit's build products, against each node's build record and image
-            params["kit"].update(build_steps=facts["build"], build_image=facts.get("build_image"))
+        steps = kit_build_steps(cluster)
+        if steps:  # the kit's build products, against each node's build record and image
+            params["kit"].update(build_steps=steps, build_image=run_image(cluster))
     if "image" in todo:
         rt = cluster.runtime
         params["image"] = {"ref": rt.image, "want_id": rt.image_id}

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.modrun import needs_ansible, run_module
+from support.modrun import LOCAL_RUN_ENV, REPO, needs_ansible, run_module
 
 from sparkctl.nodeside import kit as nk
 from sparkctl.nodeside import kitbuild
@@ -126,8 +129,84 @@ def test_compare_names_the_odd_node_and_the_product(node: dict[str, Any]) -> Non
     reports = {"spark-0": same, "spark-1": same, "spark-2": odd, "spark-3": same}
     failed, res = _module("spark_kit_build", {"action": "compare", "reports": reports}, node)
     assert failed and res["msg"] == (
-        "the kit's build products differ across nodes (odd: spark-2): spark-2: adapter/librow_store.so: build "
-        f"product differs across nodes (expected {'1' * 64}, actual {'9' * 64})")
+        "the kit's build products differ across nodes (odd: spark-2): spark-2: adapter/librow_store.so: "
+        f"build product differs across nodes (expected {'1' * 64}, actual {'9' * 64})")
     reports = {"spark-0": same, "spark-1": same}
     failed, res = _module("spark_kit_build", {"action": "compare", "reports": reports}, node)
     assert not failed and res["changed"] is False
+
+
+# --- the role's tasks on two local "nodes" --------------------------------------------------------
+
+
+PLAY = """
+- hosts: sparks
+  gather_facts: false
+  tasks:
+    - name: The kit's reference and verification, as the kit play leaves them
+      ansible.builtin.set_fact:
+        spark_kit_src: {version: "VERSION", manifest: {files: []}}
+        spark_kit_facts: {failed: false}
+    - name: Build, compare, switch
+      ansible.builtin.include_role:
+        name: spark_kit
+        tasks_from: build_deferred
+"""
+
+
+def _play(tmp_path: Path, node: dict[str, Any],
+          stores: dict[str, Path]) -> subprocess.CompletedProcess[str]:
+    inv = tmp_path / "hosts.yml"
+    hosts = {name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                    "spark_kit_store": str(store)} for name, store in stores.items()}
+    inv.write_text(json.dumps({"sparks": {"hosts": hosts, "vars": {
+        "spark_kit_build": STEPS, "spark_kit_mount": MOUNT, "spark_kit_build_image": IMAGE,
+        "spark_kit_config": {}}}}))
+    play = tmp_path / "play.yml"
+    play.write_text(PLAY.replace("VERSION", VERSION))
+    env = {**os.environ, **node["env"], **LOCAL_RUN_ENV, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+           "ANSIBLE_ROLES_PATH": str(REPO / "roles"), "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default"}
+    return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv), str(play)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False)
+
+
+def _recap(out: str) -> dict[str, str]:
+    return {line.split()[0]: line for line in out.splitlines() if " : ok=" in line}
+
+
+def test_the_role_builds_on_every_node_then_a_rerun_changes_nothing(tmp_path: Path,
+                                                                     node: dict[str, Any]) -> None:
+    second = tmp_path / "store-b"
+    shutil.copytree(node["store"], second, symlinks=True)
+    stores = {"spark-0": node["store"], "spark-1": second}
+    proc = _play(tmp_path, node, stores)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _runs(node) == 2
+    for store in stores.values():
+        assert os.readlink(store / "current") == VERSION
+        assert (store / VERSION / "adapter" / "librow_store.so").is_file()
+    proc = _play(tmp_path, node, stores)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _runs(node) == 2
+    assert all("changed=0" in line for line in _recap(proc.stdout).values()), proc.stdout
+
+
+def test_the_role_names_the_odd_node_and_leaves_current(tmp_path: Path, node: dict[str, Any]) -> None:
+    stores = {"spark-0": node["store"], "spark-1": tmp_path / "store-b", "spark-2": tmp_path / "store-c"}
+    for store in list(stores.values())[1:]:
+        shutil.copytree(node["store"], store, symlinks=True)
+    # spark-2's compiler makes another library (its build is recorded consistently, so only the
+    # comparison across nodes finds it).
+    odd = stores["spark-2"] / VERSION
+
+    def other_compiler(argv: list[str]) -> tuple[int, str]:
+        (odd / "adapter" / "librow_store.so").write_text("another compiler\n")
+        return 0, ""
+
+    kitbuild.build(str(odd), VERSION, STEPS, MOUNT, IMAGE, "sha256:" + "a" * 64, run=other_compiler)
+    proc = _play(tmp_path, node, stores)
+    assert proc.returncode != 0
+    assert "the kit's build products differ across nodes (odd: spark-2): spark-2: adapter/librow_store.so" \
+        in proc.stdout, proc.stdout
+    assert not any((store / "current").exists() for store in stores.values())

@@ -78,6 +78,9 @@ def main():
         module.fail_json(msg="{}: docker is not installed: the kit's build steps run in the engine image".format(node))
     rc, out, _ = module.run_command([docker, "image", "inspect", "--format", "{{.Id}}", p["image"]])
     image_id = out.strip()
+    if (rc != 0 or not image_id) and module.check_mode:  # the image the run would stage first
+        module.exit_json(changed=True, built=False, would_build=True, image_id=None, products={},
+                         msg="the engine image {} is not on this node yet".format(p["image"]))
     if rc != 0 or not image_id:
         module.fail_json(msg="{}: the engine image {} is not on this node; the kit's build steps run in it "
                              "(run sparkctl stage image, then stage kit)".format(node, p["image"]))

@@ -18,7 +18,10 @@ from typing import Any
 import pytest
 from support import gates_fakes as fakes
 from support.gates_fakes import KIT_VERSION, container_site
+from support.runner import NODES, FakeRunner
 
+from sparkctl.ansible import results
+from sparkctl.ansible.plan import Plan
 from sparkctl.errors import InputError
 from sparkctl.nodeside import kit as nk
 from sparkctl.nodeside import kitbuild
@@ -26,6 +29,7 @@ from sparkctl.profiles import load_profile
 from sparkctl.render import kit as render_kit
 from sparkctl.render.rank import run_image
 from sparkctl.serve import fastup
+from sparkctl.stage.summaries import node_summaries
 
 MOUNT = "/opt/sglang4"
 IMAGE = "engine:pinned"
@@ -377,3 +381,16 @@ def test_up_fast_path_names_the_node_whose_product_differs_from_the_others(tmp_p
     assert fastup.judge(cluster, doc, answers, kit_needed=True) == [
         f"{names[2]}: adapter/librow_store.so: build product differs across nodes "
         f"(expected {'1' * 64}, actual {'9' * 64})"]
+
+
+def test_stage_reports_each_nodes_build() -> None:
+    def kit(host: str) -> dict[str, Any]:
+        built = host == NODES[1]
+        build = {"changed": built, "built": built, "products": {"adapter/librow_store.so": "1" * 64}}
+        return {"version": KIT_VERSION, "verified": True, "current": KIT_VERSION, "switched": False,
+                "build": build}
+
+    fake = FakeRunner(NODES, ok=9, duration_s=1.0, per_node={results.KIT: kit})
+    got = node_summaries(fake(Plan("stage.yml", Path("inventory"))))
+    assert got[NODES[1]]["kit"]["build"] == {"built": True, "products": {"adapter/librow_store.so": "1" * 64}}
+    assert got[NODES[0]]["kit"]["build"]["built"] is False

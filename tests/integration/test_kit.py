@@ -122,3 +122,87 @@ def test_one_changed_byte_on_spark_1_is_named_and_up_refuses(lab: Any, staged: d
     assert doc["nodes"][node]["kit"]["transfer"]["bytes_moved"] > 0
     rc, _, err = _stage(lab, "--verify-only")
     assert rc == 0, err
+
+
+# --- the kit's build steps (the lab profile declares R4's two: b12x extracted, row store compiled) ---
+
+
+def _compile_step(kit: dict[str, Any]) -> dict[str, Any]:
+    steps = [s["compile"] for s in kit.get("build") or [] if "compile" in s]
+    assert steps, "the lab profile declares no compile step in kit.build"
+    return dict(steps[0])
+
+
+def _mtime(lab: Any, node: str, path: str) -> str:
+    return str(lab.ssh(node, f"stat -c %Y.%y {shlex.quote(path)}").stdout.strip())
+
+
+def test_stage_kit_builds_the_same_library_on_every_node_then_builds_nothing(
+    lab: Any, staged: dict[str, Any]
+) -> None:
+    kit = staged["kit"]
+    step = _compile_step(kit)
+    root = f"{kit['store']}/{kit['commit']}"
+    # The compile runs in the engine image: `stage all` brings it, then builds and switches current.
+    proc = lab.run_sparkctl("stage", "all", timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lib = f"{root}/{step['product']}"
+    hashes = {n: _sha(lab, n, lib) for n in lab.nodes}
+    assert len(set(hashes.values())) == 1, hashes
+    (digest,) = set(hashes.values())
+    for n in lab.nodes:
+        record = json.loads(lab.ssh(n, f"cat {shlex.quote(root + '/' + step['record']['path'])}").stdout)
+        assert record[step["record"]["key"]] == digest, (n, record)
+        own = json.loads(lab.ssh(n, f"cat {shlex.quote(root + '/.sparkctl-build.json')}").stdout)
+        assert own["version"] == kit["commit"] and own["products"][step["product"]] == digest, (n, own)
+        assert lab.ssh(n, f"test -d {shlex.quote(root + '/b12x')}").returncode == 0, n
+    before = {n: _mtime(lab, n, lib) for n in lab.nodes}
+
+    rc, doc, err = _stage(lab, "--full")  # the playbook: nothing moved, nothing built, nothing changed
+    assert rc == 0, err
+    changed = {h: s["changed"] for h, s in doc["run"]["hosts"].items()}
+    assert set(changed.values()) == {0}, changed
+    for n in lab.nodes:
+        got = doc["nodes"][n]["kit"]
+        assert got.get("build", {}).get("built") is False, got
+        assert int(got["transfer"]["bytes_moved"] or 0) == 0, got
+    assert {n: _mtime(lab, n, lib) for n in lab.nodes} == before
+    rc, doc, err = _stage(lab)  # and the fast path agrees
+    assert rc == 0, err
+    assert doc["path"]["path"] == "fast", doc["path"]
+
+
+def test_an_altered_library_on_one_node_is_named_and_up_refuses(lab: Any, staged: dict[str, Any]) -> None:
+    kit = staged["kit"]
+    step = _compile_step(kit)
+    node = lab.nodes[2]
+    proc = lab.run_sparkctl("stage", "all", timeout=1800)  # everything `up` needs, products included
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lib = f"{kit['store']}/{kit['commit']}/{step['product']}"
+    good = _sha(lab, node, lib)
+    lab.ssh(node, f"printf X >> {shlex.quote(lib)}")
+    bad = _sha(lab, node, lib)
+    assert bad != good
+    try:
+        rc, _, err = _stage(lab, "--verify-only")
+        text = _flat(err)
+        assert rc == 1, err
+        assert (f"{node}: kit {kit['commit']} fails verification: {step['product']}: build product differs "
+                f"from the build record (expected {good}, actual {bad})") in text, err
+        assert not any(f"{other}: kit" in text for other in lab.nodes if other != node), err
+
+        proc = lab.run_sparkctl("up", "--yes", timeout=900)
+        text = _flat(proc.stderr)
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        refused = f"{node}: kit {kit['commit']} fails verification: {step['product']}"
+        assert refused in text, proc.stderr[-3000:]
+        for n in lab.nodes:  # nothing was started
+            assert lab.ssh(n, "docker ps -q").stdout.strip() == "", n
+    finally:
+        rc, doc, err = _stage(lab)  # the next stage rebuilds that node's library
+    assert rc == 0, err
+    assert _sha(lab, node, lib) == good
+    assert doc["nodes"][node]["kit"]["build"]["built"] is True
+    assert not any(doc["nodes"][n]["kit"]["build"]["built"] for n in lab.nodes if n != node)
+    rc, _, err = _stage(lab, "--verify-only")
+    assert rc == 0, err

@@ -15,6 +15,14 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNHEALTHY = 3
+# What each code means: `sparkctl --help` lists these and the README's table says the same (a test
+# holds them together).
+EXIT_MEANINGS = {
+    EXIT_OK: "ok",
+    EXIT_FAILED: "an operation failed (a task, a transfer, a gate, a check)",
+    EXIT_USAGE: "bad input or usage — nothing was touched",
+    EXIT_UNHEALTHY: "the cluster is not healthy (`status`, health gates)",
+}
 
 
 @dataclass

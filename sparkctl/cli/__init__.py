@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from typer._click.exceptions import ClickException
 from typer.main import get_command
 
 from sparkctl import __version__, ui
 from sparkctl.cli.shell import INVENTORY_ENV, LifecycleGroup, site_inventory
-from sparkctl.errors import EXIT_FAILED, EXIT_USAGE, SparkctlError
+from sparkctl.errors import EXIT_FAILED, EXIT_MEANINGS, EXIT_USAGE, SparkctlError
 
 app = typer.Typer(
     name="sparkctl",
@@ -29,7 +30,9 @@ app = typer.Typer(
     epilog=(
         "A site's first run: [cyan]sparkctl validate[/cyan] → [cyan]provision[/cyan] → "
         "[cyan]stage[/cyan] → [cyan]up[/cyan] → [cyan]status[/cyan]. "
-        "[cyan]sparkctl COMMAND --help[/cyan] shows an example of each command."
+        "[cyan]sparkctl COMMAND --help[/cyan] shows an example of each command.\n\n"
+        "[bold]Exit codes[/bold]\n\n"
+        + "\n\n".join(f"  {code}  {escape(meaning)}" for code, meaning in EXIT_MEANINGS.items())
     ),
     cls=LifecycleGroup,
     no_args_is_help=True,

@@ -90,31 +90,31 @@ def qualify(
 def bench(
     ctx: typer.Context,
     concurrency: Annotated[
-        str | None, typer.Option("--concurrency", help="Comma-separated levels [default: 1,4,8,16].")
+        str | None, typer.Option("--concurrency", help="Comma-separated levels \\[default: 1,4,8,16].")
     ] = None,
     workload: Annotated[
         list[str] | None,
         typer.Option(
             "--workload",
             help="coding, prose, both, or a workload file pinned by digest: FILE@SHA256 (repeatable) "
-            "[default: both].",
+            "\\[default: both].",
         ),
     ] = None,
     repeats: Annotated[
         int | None,
-        typer.Option("--repeats", min=1, help="Waves per level (R4: 3) [default: 3; --quick: 2]."),
+        typer.Option("--repeats", min=1, help="Waves per level (R4: 3) \\[default: 3; --quick: 2]."),
     ] = None,
     c1_samples: Annotated[
         int | None,
         typer.Option(
-            "--c1-samples", min=1, help="Coding C1 samples (R4: 5) [default: 5; --quick: --repeats]."
+            "--c1-samples", min=1, help="Coding C1 samples (R4: 5) \\[default: 5; --quick: --repeats]."
         ),
     ] = None,
     prefill: Annotated[
         str | None,
         typer.Option(
             "--prefill",
-            help="Prefill sweep sizes, or none [default: 4K,16K,32K,64K,128K; --quick: 4K]; "
+            help="Prefill sweep sizes, or none \\[default: 4K,16K,32K,64K,128K; --quick: 4K]; "
             "sizes over the served context are clamped.",
         ),
     ] = None,

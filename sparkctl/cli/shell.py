@@ -68,8 +68,23 @@ class OrderedGroup(TyperGroup):
         return list(self.commands)
 
 
+def quiet_flags(cmd: click.Command, ctx: click.Context) -> None:
+    """No value placeholder beside a flag in help: typer prints every option's type (``<bool>``), but
+    a flag takes no value. Applied to ``cmd``'s options and its ``--help`` (which click makes once
+    per command), then to its sub-commands and theirs."""
+    for param in [*cmd.params, cmd.get_help_option(ctx)]:
+        if param is not None and getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(cmd, "commands", {}).values():
+        quiet_flags(sub, ctx)
+
+
 class LifecycleGroup(OrderedGroup):
     """The top-level group: commands by lifecycle panel (``PANELS``), then in registration order."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        quiet_flags(self, ctx)  # before parsing: --help prints while the options are parsed
+        return super().parse_args(ctx, args)
 
     def list_commands(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
         names = super().list_commands(ctx)

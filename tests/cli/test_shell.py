@@ -230,3 +230,29 @@ def test_results_directory_comes_from_the_environment(
 def test_help_names_the_environment_variables(run_cli: Any) -> None:
     assert "SPARKCTL_INVENTORY" in run_cli("--help").out
     assert "SPARKCTL_RESULTS" in run_cli("bench", "--help").out
+
+
+def test_no_flag_shows_a_value_placeholder_and_every_default_survives_markup(run_cli: Any) -> None:
+    """A flag takes no value, so help shows no `<bool>` beside it; a help text's own "[default: …]"
+    is printed, not swallowed as Rich markup (bench once showed "Comma-separated levels .")."""
+    _register()
+    for path, cmd in _leaves(get_command(app)):
+        res = run_cli(*path, "--help")
+        assert res.code == 0, (path, res.err)
+        text = " ".join(res.out.replace("│", " ").split())  # help wraps inside the panel's borders
+        assert "<bool>" not in text, " ".join(path)
+        for param in cmd.params:
+            help_text = " ".join((getattr(param, "help", None) or "").replace("\\[", "[").split())
+            if "[default:" in help_text:
+                shown = help_text[help_text.index("[default:"):].split("]")[0]
+                assert shown in text, (" ".join(path), param.name, shown)
+
+
+def test_help_lists_the_exit_codes_as_the_readme_does(run_cli: Any) -> None:
+    from sparkctl.errors import EXIT_MEANINGS
+
+    out = " ".join(run_cli("--help").out.split())
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for code, meaning in EXIT_MEANINGS.items():
+        assert f"{code} {meaning}" in out
+        assert f"| {code} | {meaning} |" in readme

@@ -226,6 +226,39 @@ def built_from(ref: str, context: str, dockerfile: str) -> dict[str, Any]:
     return {"current": True, "why": ""}
 
 
+def repo_digests(ref: str) -> list[str] | None:
+    """The registry digests docker knows for the image ``ref`` (``repo@sha256:…``), None when absent."""
+    proc = _docker(["image", "inspect", "--format", "{{json .RepoDigests}}", ref])
+    if proc.returncode != 0:
+        return None
+    try:
+        doc = json.loads(proc.stdout.strip() or "[]")
+    except ValueError:
+        return []
+    return [str(d) for d in doc] if isinstance(doc, list) else []
+
+
+def _check_tagged_base(base: str, named: list[str], dockerfile: str, node: str) -> None:
+    """A Dockerfile may name the pinned base by its moving tag (Mia's names ``lmsysorg/sglang:dev-dsv41``
+    and pins the digest in its docs and preflight): the build is then right only if that tag, here,
+    is the pinned digest (a build never pulls). ImageError naming what to do otherwise."""
+    tagged, _, digest = base.partition("@")
+    if tagged not in named or not digest:
+        raise ImageError(
+            f"{node}: {dockerfile} starts FROM {', '.join(named) or 'no image'}, not {base} (the profile's "
+            "image.base) nor its tag; pin a kit commit whose Dockerfile builds on that base"
+        )
+    repo = tagged.rsplit(":", 1)[0] if ":" in tagged.rsplit("/", 1)[-1] else tagged
+    digests = repo_digests(tagged)
+    if digests is None or f"{repo}@{digest}" not in digests:
+        seen = "is not on this node" if digests is None else f"is {', '.join(digests) or 'a local build'}"
+        raise ImageError(
+            f"{node}: {dockerfile} builds FROM {tagged}, which {seen}, not the pinned {repo}@{digest} (the "
+            f"profile's image.base); on this node: docker pull {repo}@{digest} && docker tag "
+            f"{repo}@{digest} {tagged}",
+        )
+
+
 def build(ref: str, context: str, dockerfile: str, node: str, timeout: float = 7200,
           base: str | None = None) -> dict[str, Any]:
     """``docker build`` of ``context`` on this node without pulling: every base must be here already.
@@ -242,10 +275,7 @@ def build(ref: str, context: str, dockerfile: str, node: str, timeout: float = 7
     inputs = _build_inputs(context, dockerfile)
     named = [b for b, _found in inputs[2]]
     if base and base not in named:
-        raise ImageError(
-            f"{node}: {dockerfile} starts FROM {', '.join(named) or 'no image'}, not {base} (the profile's "
-            "image.base); pin a kit commit whose Dockerfile names that digest"
-        )
+        _check_tagged_base(base, named, dockerfile, node)
     missing = [base for base, found in inputs[2] if "$" not in base and found is None]
     if missing:
         raise ImageError(

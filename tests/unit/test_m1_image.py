@@ -114,13 +114,36 @@ def docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_build_refuses_a_dockerfile_on_another_base(docker: Path, tmp_path: Path) -> None:
     ctx = tmp_path / "kit"
     ctx.mkdir()
-    (ctx / "Dockerfile").write_text("FROM lmsysorg/sglang:dev-dsv41\nWORKDIR /opt/dsv41\n")
-    with pytest.raises(image.ImageError, match=r"spark-0: Dockerfile starts FROM lmsysorg/sglang:dev-dsv41, "
+    (ctx / "Dockerfile").write_text("FROM lmsysorg/sglang:dev-dsv42\nWORKDIR /opt/dsv41\n")
+    with pytest.raises(image.ImageError, match=r"spark-0: Dockerfile starts FROM lmsysorg/sglang:dev-dsv42, "
                                                r"not lmsysorg/sglang:dev-dsv41@sha256:3dbc3130.*image.base"):
         image.build("dsv41-4x-spark:local", str(ctx), "Dockerfile", "spark-0", base=BASE)
     (ctx / "Dockerfile").write_text(f"FROM {BASE}\nWORKDIR /opt/dsv41\n")
     built = image.build("dsv41-4x-spark:local", str(ctx), "Dockerfile", "spark-0", base=BASE)
     assert built["changed"]
+
+
+def test_the_build_takes_the_published_tag_only_where_it_is_the_pinned_digest(
+    docker: Path, tmp_path: Path
+) -> None:
+    """Mia's Dockerfile names the moving tag (FROM lmsysorg/sglang:dev-dsv41) and pins the digest in its
+    docs and preflight: the build goes ahead when the node's tag is that digest, and names the node
+    and the digest to load when the tag is another build."""
+    tag = BASE.partition("@")[0]
+    digest = "lmsysorg/sglang@" + BASE.partition("@")[2]
+    ctx = tmp_path / "kit"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(f"FROM {tag}\nWORKDIR /opt/dsv41\n")
+    state = json.loads(docker.read_text())
+    state["images"]["sha256:" + "38" * 32] = {"size": 4096, "tags": [tag],
+                                            "digests": ["lmsysorg/sglang@sha256:" + "81" * 32]}
+    docker.write_text(json.dumps(state))
+    with pytest.raises(image.ImageError, match=rf"spark-0: Dockerfile builds FROM {tag}, which is "
+                                               rf"lmsysorg/sglang@sha256:8181.*not the pinned {digest}"):
+        image.build("dsv41-4x-spark:local", str(ctx), "Dockerfile", "spark-0", base=BASE)
+    state["images"]["sha256:" + "38" * 32]["digests"] = [digest]
+    docker.write_text(json.dumps(state))
+    assert image.build("dsv41-4x-spark:local", str(ctx), "Dockerfile", "spark-0", base=BASE)["changed"]
 
 
 # --- preflight: the image on every node ------------------------------------------------------------

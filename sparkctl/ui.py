@@ -17,10 +17,26 @@ FAIL = "[red]⨯[/red]"
 SKIP = "[yellow]–[/yellow]"
 
 
+# Whether this process has printed its JSON document (``print_json``): with --json, a failure after
+# that adds nothing to stdout; a failure before it prints the error as the document (``json_error``).
+json_written = False
+
+
 def print_json(data: Any) -> None:
     """Machine output: one JSON document on stdout, nothing else."""
+    global json_written
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
     sys.stdout.flush()
+    json_written = True
+
+
+def json_error(code: int, message: str, hint: str | None = None, details: list[str] | None = None,
+               nodes: list[str] | None = None) -> None:
+    """With --json, a failure is one JSON object on stdout — ``{"error": {code, message, hint, details,
+    nodes}}`` — unless the command already printed its document (which then carries the failure)."""
+    if not json_written:
+        print_json({"error": {"code": code, "message": message, "hint": hint, "details": details or [],
+                              "nodes": nodes or []}})
 
 
 def error_panel(message: str, hint: str | None = None, details: list[str] | None = None) -> None:

@@ -182,34 +182,49 @@ def main(argv: list[str] | None = None) -> None:
     _register()
     debug = os.environ.get("SPARKCTL_DEBUG") == "1"
     args = _hoist_globals(list(sys.argv[1:] if argv is None else argv))
+    as_json = "--json" in args[: args.index("--")] if "--" in args else "--json" in args
+    ui.json_written = False
     try:
         # Without standalone mode click returns typer.Exit's code instead of raising it.
         # One program name however it was started (console script, `python -m sparkctl`): usage lines
         # and the completion protocol's variable (_SPARKCTL_COMPLETE) follow it.
         rc = app(args=args, prog_name="sparkctl", standalone_mode=False)
         if isinstance(rc, int) and rc:
+            if as_json:
+                ui.json_error(rc, f"exited {rc}; stderr says why")
             sys.exit(rc)
     except SparkctlError as exc:
         if debug:
             raise
         ui.error_panel(exc.message, exc.hint, exc.details)
+        if as_json:
+            ui.json_error(exc.exit_code, exc.message, exc.hint, exc.details, getattr(exc, "nodes", None))
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
+        if as_json and exc.exit_code:
+            ui.json_error(exc.exit_code, f"exited {exc.exit_code}; stderr says why")
         sys.exit(exc.exit_code)
     except typer.Abort:
         ui.err_console.print("aborted")
+        if as_json:
+            ui.json_error(EXIT_FAILED, "aborted")
         sys.exit(EXIT_FAILED)
     except KeyboardInterrupt:
         ui.err_console.print("interrupted")
+        if as_json:
+            ui.json_error(130, "interrupted")
         sys.exit(130)
     except ClickException as exc:  # usage errors: bad option, missing argument
         exc.show()
+        if as_json:
+            ui.json_error(EXIT_USAGE, exc.format_message(), "see --help")
         sys.exit(EXIT_USAGE)
     except Exception as exc:  # the unexpected
         if debug:
             raise
-        ui.error_panel(
-            f"internal error: {type(exc).__name__}: {exc}", "re-run with SPARKCTL_DEBUG=1 for a traceback"
-        )
+        message = f"internal error: {type(exc).__name__}: {exc}"
+        ui.error_panel(message, "re-run with SPARKCTL_DEBUG=1 for a traceback")
+        if as_json:
+            ui.json_error(EXIT_FAILED, message, "re-run with SPARKCTL_DEBUG=1 for a traceback")
         sys.exit(EXIT_FAILED)
     sys.exit(0)

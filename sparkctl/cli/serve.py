@@ -14,6 +14,7 @@ The collaborators (runner, SSH, HTTP, run directory, the question at the termina
 from __future__ import annotations
 
 import functools
+import json
 import sys
 import time
 from enum import StrEnum
@@ -76,7 +77,7 @@ def status(
     try:
         snap = verdict.snapshot(cluster, doc, fleet, http, api_key)
         note_supervisor(cluster.name, snap)
-        if watch and not as_json:
+        if watch and not as_json and ui.console.is_terminal:
             with Live(render_status(snap), console=ui.console, refresh_per_second=4, transient=False) as live:
                 try:
                     while True:
@@ -85,6 +86,16 @@ def status(
                         live.update(render_status(snap))
                 except KeyboardInterrupt:
                     pass
+        elif watch:
+            # Piped or --json: one snapshot per interval, as it is taken (a redrawn screen would reach
+            # a file or a pipe only at the end): the table under a time line, or one JSON line each.
+            try:
+                while True:
+                    _print_snapshot(cluster.name, snap, as_json)
+                    time.sleep(max(0.0, bootwatch.SAMPLE_INTERVAL_S - snap.seconds))
+                    snap = verdict.snapshot(cluster, doc, fleet, http, api_key)
+            except KeyboardInterrupt:
+                pass
         elif prometheus:
             _write_prometheus(cluster, snap, output)
         elif as_json:
@@ -96,6 +107,16 @@ def status(
         http.close()
     if snap.verdict != verdict.READY:
         raise typer.Exit(EXIT_UNHEALTHY)
+
+
+def _print_snapshot(name: str, snap: verdict.Snapshot, as_json: bool) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps({"cluster": name, **snap.as_dict()}, default=str) + "\n")
+        sys.stdout.flush()
+        return
+    ui.console.print(f"— {time.strftime('%Y-%m-%d %H:%M:%S')} —")
+    ui.console.print(render_status(snap))
+    ui.console.file.flush()
 
 
 def _write_prometheus(cluster: Cluster, snap: verdict.Snapshot, output: Path | None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +135,36 @@ def test_prometheus_textfile_is_written_atomically_and_bad_combinations_are_refu
     assert res.code == 1 and "--output" in res.err
     res = run_cli("-i", str(site.inventory), "status", "--format", "json")
     assert res.code == EXIT_OK and json.loads(res.out)["verdict"] == "ready"
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json-lines"])
+def test_status_watch_piped_prints_one_snapshot_per_interval(
+        run_cli: Any, site: Site, monkeypatch: pytest.MonkeyPatch, as_json: bool) -> None:
+    """Into a file or a pipe, `status --watch` prints each snapshot as it is taken (a live redraw
+    reached a pipe only at Ctrl-C): the table under a time line, or one JSON line per snapshot."""
+    import time as time_mod
+    import types
+
+    from sparkctl.cli import serve as serve_cli
+
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 3:
+            raise KeyboardInterrupt
+        site.nodes.gpu["spark-1"] = dev(60 + len(sleeps), 2400)
+
+    # The command's own clock only: its pause between snapshots (nothing else in the process).
+    clock = types.SimpleNamespace(sleep=sleep, strftime=time_mod.strftime, time=time_mod.time)
+    monkeypatch.setattr(serve_cli, "time", clock)
+    res = run_cli("-i", str(site.inventory), "status", "--watch", *(["--json"] if as_json else []))
+    assert res.code == EXIT_OK, res.err
+    if as_json:
+        lines = res.out.splitlines()
+        temps = [json.loads(line)["nodes"][1]["gpu"]["devices"][0]["temp_c"] for line in lines]
+        assert temps == [60, 61, 62]
+    else:
+        stamps = re.findall(r"^— \d{4}-\d\d-\d\d \d\d:\d\d:\d\d —$", res.out, re.MULTILINE)
+        assert len(stamps) == 3 and res.out.count("ready") >= 3, res.out
+        assert "61°C" in res.out and "62°C" in res.out

@@ -182,10 +182,13 @@ def for_preflight(cluster: Cluster, limit: str | None = None) -> Plan:
 
 
 def for_switch(cluster: Cluster, *, check: bool = False, diff: bool = False, rollback: bool = False) -> Plan:
-    """playbooks/switch.yml: preflight, then the RoCE switch (``check`` + ``diff``: what would change;
-    ``rollback``: restore the newest backup the role saved instead of applying)."""
+    """playbooks/switch.yml limited to the switch: the RoCE switch alone (``check`` + ``diff``: what
+    would change; ``rollback``: restore the newest backup the role saved instead of applying). The
+    limit leaves the playbook's preflight of the nodes with no host, so an admin can do the switch
+    before the nodes answer; `provision` runs the same role after the nodes' preflight."""
     extravars: dict[str, Any] = {"spark_switch_rollback": True} if rollback else {}
-    return _plan(cluster, playbook="switch.yml", check=check, diff=diff,
+    limit = cluster.switch.name if cluster.switch is not None else None
+    return _plan(cluster, playbook="switch.yml", check=check, diff=diff, limit=limit,
                 extravars=extravars)
 
 

@@ -2,8 +2,9 @@
 
 show:  the candidate configuration, rendered locally; nothing is contacted.
 diff:  playbooks/switch.yml in check mode with --diff: what apply would change; nothing is changed.
-apply: playbooks/switch.yml for real (preflight first, as every mutating playbook does); every apply
-       saves a timestamped backup first, and `apply --rollback` restores the newest one.
+apply: playbooks/switch.yml for real; every apply saves a timestamped backup first, and
+       `apply --rollback` restores the newest one.
+Both contact the switch only (limited to it): the switch can be done before the nodes answer.
 
 ``sparkctl provision --tags switch`` runs the same role as part of provision.yml.
 """
@@ -59,8 +60,7 @@ def _run(ctx: typer.Context, cluster: Cluster, check: bool, diff: bool, rollback
             ui.console.print(f"{ui.SKIP} no switch in {where} (a switchless site): nothing to do")
         return
     plan = planning.for_switch(cluster, check=check, diff=diff, rollback=rollback)
-    hosts = [n.name for n in cluster.nodes] + [cluster.switch.name]
-    result = run_with_table(ctx, plan, f"{verb} · {cluster.switch.name}", hosts)
+    result = run_with_table(ctx, plan, f"{verb} · {cluster.switch.name}", [cluster.switch.name])
     changed = result.stats[cluster.switch.name].changed if cluster.switch.name in result.stats else 0
     if ctx.obj.json:
         ui.print_json({**result.as_dict(), "switch": cluster.switch.name, "changed": changed})
@@ -92,7 +92,7 @@ def switch_apply(
                      "reboots into it; NVUE re-applies the revision before the current one)."),
     ] = False,
 ) -> None:
-    """Configure the switch: MTU, ports, RoCE QoS (preflight first; a backup first; idempotent)."""
+    """Configure the switch: MTU, ports, RoCE QoS (the switch alone; a backup first; idempotent)."""
     _run(ctx, load_inventory(ctx.obj.inventory_dir()), check=False, diff=diff, rollback=rollback)
 
 

@@ -117,6 +117,17 @@ def test_switch_apply_runs_for_real(
     assert doc["switch"] == "crs812" and doc["changed"] == 2 and doc["ok"] is True
 
 
+def test_switch_verbs_contact_the_switch_alone(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
+    """The switch can be done first: diff and apply are limited to it, so no node is asked to answer
+    (the day the switch is set up before the nodes)."""
+    for verb in ("diff", "apply"):
+        fake.plans.clear()
+        res = run_cli("-i", str(example_copy), "switch", verb)
+        assert res.code == EXIT_OK, res.err
+        (plan,) = fake.plans
+        assert plan.limit == "crs812" and plan.argv()[plan.argv().index("--limit") + 1] == "crs812"
+
+
 def test_switch_apply_rollback_asks_the_role_for_the_newest_backup(
     run_cli: Any, example_copy: Path, fake: FakeRunner
 ) -> None:

@@ -17,6 +17,9 @@ def _kit_cell(kit: dict[str, Any] | None) -> str:
         return ui.SKIP
     version = str(kit.get("version") or "?")
     short = version[:12] if not version.startswith("tree-") else version
+    if kit.get("verified") and (kit.get("build") or {}).get("pending"):
+        # stage kit before stage image: the products are built in the image once it is staged
+        return f"{ui.SKIP} {short} verified, build pending (stage image)"
     if kit.get("verified") and kit.get("current") == kit.get("version"):
         return f"{ui.OK} {short} verified"
     if kit.get("verified"):

@@ -74,7 +74,9 @@ def check_script(params: Mapping[str, Any]) -> str:
 def parts(cluster: Cluster, what: str) -> list[str]:
     """The parts `stage WHAT` stages, in the playbook's order."""
     out = []
-    if what == "kit" or (what == "all" and cluster.kit is not None):
+    # `stage image` also builds the kit's products in the image it stages: they are checked too.
+    builds = what == "image" and cluster.kit is not None and bool(kit_build_steps(cluster))
+    if what == "kit" or (what == "all" and cluster.kit is not None) or builds:
         out.append("kit")
     if what == "image" or (what == "all" and cluster.runtime.kind == "container"):
         out.append("image")

@@ -40,7 +40,8 @@ def node_summaries(result: runner.RunResult) -> dict[str, dict[str, Any]]:
             kit["image"] = {k: image.get(k) for k in ("checked", "image_id", "reason")}
         build = rep.get("build") or {}
         if build and not build.get("skipped"):  # the kit's build steps (spark_kit_build)
-            kit["build"] = {"built": bool(build.get("built")), "products": build.get("products") or {}}
+            kit["build"] = {"built": bool(build.get("built")), "products": build.get("products") or {},
+                            "pending": bool(build.get("pending"))}
         out.setdefault(host, {})["kit"] = kit
     # playbooks/stage.yml reports the engine image per node under results.IMAGE (set_stats).
     for host, rep in results.per_host(result, results.IMAGE).items():

@@ -200,6 +200,17 @@ def test_nodes_holding_everything_need_no_playbook(tmp_path: Path) -> None:
     assert nodes["spark-0"]["image"] == {"id": HEAD_ID, "bytes_moved": 0}
 
 
+def test_stage_image_also_checks_the_kits_build_products(tmp_path: Path) -> None:
+    """`stage image` builds the kit's products in the image it stages: its fast path checks them, so
+    products left pending by `stage kit` (no image then) send it to the playbook that builds them."""
+    cluster = stage_site(tmp_path)
+    assert faststage.kit_build_steps(cluster)  # the lab profile declares R4's build steps
+    assert faststage.parts(cluster, "image") == ["kit", "image"]
+    no_build = cluster.model_copy(update={"profile": cluster.profile.model_copy(
+        update={"kit": cluster.profile.kit.model_copy(update={"build": []})})})
+    assert faststage.parts(no_build, "image") == ["image"]
+
+
 def _set(ans: dict[str, Any], node: str, path: list[str], value: Any) -> None:
     here = ans[node]
     for key in path[:-1]:

@@ -383,6 +383,20 @@ def test_up_fast_path_names_the_node_whose_product_differs_from_the_others(tmp_p
         f"(expected {'1' * 64}, actual {'9' * 64})"]
 
 
+def test_a_pending_build_is_reported_and_shown() -> None:
+    """`stage kit` before the image: the node's kit is verified and current, its build pending."""
+    from sparkctl.cli.stage_view import _kit_cell
+
+    def kit(host: str) -> dict[str, Any]:
+        return {"version": KIT_VERSION, "verified": True, "current": KIT_VERSION, "switched": True,
+                "build": {"changed": False, "built": False, "pending": True, "products": {}}}
+
+    fake = FakeRunner(NODES, ok=9, duration_s=1.0, per_node={results.KIT: kit})
+    got = node_summaries(fake(Plan("stage.yml", Path("inventory"))))
+    assert got[NODES[0]]["kit"]["build"] == {"built": False, "products": {}, "pending": True}
+    assert "build pending (stage image)" in _kit_cell(got[NODES[0]]["kit"])
+
+
 def test_stage_reports_each_nodes_build() -> None:
     def kit(host: str) -> dict[str, Any]:
         built = host == NODES[1]
@@ -392,5 +406,6 @@ def test_stage_reports_each_nodes_build() -> None:
 
     fake = FakeRunner(NODES, ok=9, duration_s=1.0, per_node={results.KIT: kit})
     got = node_summaries(fake(Plan("stage.yml", Path("inventory"))))
-    assert got[NODES[1]]["kit"]["build"] == {"built": True, "products": {"adapter/librow_store.so": "1" * 64}}
+    assert got[NODES[1]]["kit"]["build"] == {"built": True, "products": {"adapter/librow_store.so": "1" * 64},
+                                            "pending": False}
     assert got[NODES[0]]["kit"]["build"]["built"] is False

@@ -98,6 +98,17 @@ def test_build_then_nothing_changed_then_a_new_image_rebuilds(node: dict[str, An
     assert res["record"]["image_id"] == "sha256:" + "b" * 64
 
 
+def test_without_the_engine_image_the_build_is_pending_only_when_allowed(node: dict[str, Any]) -> None:
+    """`stage kit` before `stage image`: a node without the image reports its build pending (the
+    image stage builds it) rather than failing; anywhere else it is a failure naming the node."""
+    node["id_file"].write_text("")  # `docker image inspect` finds no image
+    failed, res = _module("spark_kit_build", _build_args(node), node)
+    assert failed and "spark-1: the engine image engine:pinned is not on this node" in res["msg"]
+    failed, res = _module("spark_kit_build", {**_build_args(node), "pending_ok": True}, node)
+    assert not failed and res["pending"] is True and res["changed"] is False and res["products"] == {}
+    assert "sparkctl stage image" in res["msg"] and _runs(node) == 0
+
+
 def test_products_survive_the_prune_and_are_verified_against_the_record(node: dict[str, Any]) -> None:
     assert not _module("spark_kit_build", _build_args(node), node)[0]
     store_args = {"store": str(node["store"]), "version": VERSION, "expected": node["expected"],
@@ -154,14 +165,14 @@ PLAY = """
 """
 
 
-def _play(tmp_path: Path, node: dict[str, Any],
-          stores: dict[str, Path]) -> subprocess.CompletedProcess[str]:
+def _play(tmp_path: Path, node: dict[str, Any], stores: dict[str, Path],
+          **more: Any) -> subprocess.CompletedProcess[str]:
     inv = tmp_path / "hosts.yml"
     hosts = {name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
                     "spark_kit_store": str(store)} for name, store in stores.items()}
     inv.write_text(json.dumps({"sparks": {"hosts": hosts, "vars": {
         "spark_kit_build": STEPS, "spark_kit_mount": MOUNT, "spark_kit_build_image": IMAGE,
-        "spark_kit_config": {}}}}))
+        "spark_kit_config": {}, **more}}}))
     play = tmp_path / "play.yml"
     play.write_text(PLAY.replace("VERSION", VERSION))
     env = {**os.environ, **node["env"], **LOCAL_RUN_ENV, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
@@ -190,6 +201,23 @@ def test_the_role_builds_on_every_node_then_a_rerun_changes_nothing(tmp_path: Pa
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _runs(node) == 2
     assert all("changed=0" in line for line in _recap(proc.stdout).values()), proc.stdout
+
+
+def test_the_role_switches_current_with_the_build_pending_where_the_image_is_not_there_yet(
+        tmp_path: Path, node: dict[str, Any]) -> None:
+    second = tmp_path / "store-b"
+    shutil.copytree(node["store"], second, symlinks=True)
+    stores = {"spark-0": node["store"], "spark-1": second}
+    node["id_file"].write_text("")
+    proc = _play(tmp_path, node, stores)
+    assert proc.returncode != 0 and "is not on this node" in proc.stdout, proc.stdout
+    assert not any((store / "current").exists() for store in stores.values())
+    proc = _play(tmp_path, node, stores, spark_kit_build_pending_ok=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _runs(node) == 0
+    for store in stores.values():
+        assert os.readlink(store / "current") == VERSION
+        assert not (store / VERSION / "adapter" / "librow_store.so").exists()
 
 
 def test_the_role_names_the_odd_node_and_leaves_current(tmp_path: Path, node: dict[str, Any]) -> None:

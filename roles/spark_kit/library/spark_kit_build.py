@@ -28,6 +28,12 @@ options:
   image: {type: str, default: "", description: The engine image the compile steps run in.}
   expected: {type: dict, default: {}, description: The kit's file manifest (a product may not be a kit file).}
   reports: {type: dict, default: {}, description: "compare: {node: {product: sha256}} in rank order."}
+  pending_ok:
+    type: bool
+    default: false
+    description: >-
+      With the engine image not on this node yet, report the build as pending (C(stage kit) alone:
+      C(stage image) builds it once the image is there) instead of failing.
 author: sparkctl
 """
 
@@ -61,6 +67,7 @@ def main():
             image=dict(type="str", default=""),
             expected=dict(type="dict", default={}),
             reports=dict(type="dict", default={}),
+            pending_ok=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -81,6 +88,10 @@ def main():
     if (rc != 0 or not image_id) and module.check_mode:  # the image the run would stage first
         module.exit_json(changed=True, built=False, would_build=True, image_id=None, products={},
                          msg="the engine image {} is not on this node yet".format(p["image"]))
+    if (rc != 0 or not image_id) and p["pending_ok"]:
+        module.exit_json(changed=False, built=False, pending=True, image_id=None, products={},
+                         msg="{}: the engine image {} is not on this node yet: the kit's build steps run "
+                             "in it when `sparkctl stage image` has staged it".format(node, p["image"]))
     if rc != 0 or not image_id:
         module.fail_json(msg="{}: the engine image {} is not on this node; the kit's build steps run in it "
                              "(run sparkctl stage image, then stage kit)".format(node, p["image"]))

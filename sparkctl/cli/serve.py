@@ -197,7 +197,7 @@ def bundle(
     fleet = tools.fleet(cluster)
     http = tools.http()
     try:
-        data = build_bundle(cluster, doc, fleet, http, cluster_summary(cluster), lines)
+        data, unreachable = build_bundle(cluster, doc, fleet, http, cluster_summary(cluster), lines)
     finally:
         fleet.close()
         http.close()
@@ -206,9 +206,19 @@ def bundle(
     path.write_bytes(data)
     path.chmod(0o600)
     if ctx.obj.json:
-        ui.print_json({"bundle": str(path), "bytes": len(data)})
+        ui.print_json({"bundle": str(path), "bytes": len(data), "unreachable": unreachable})
     else:
         ui.console.print(f"{ui.OK} wrote {path} ({len(data) / 1024:.0f} KiB, secrets redacted)")
+    if unreachable:
+        # The tarball is still worth sending (the controller's side, the nodes that answered), but it
+        # is not the whole picture: a script must not take it for one.
+        raise SparkctlError(
+            f"bundle: {len(unreachable)} of {len(cluster.nodes)} nodes did not answer "
+            f"({', '.join(unreachable)}); {path} holds the rest and why each did not answer",
+            hint="check those nodes' power, network and SSH (sparkctl status shows them), then run "
+                 "bundle again for a complete one",
+            exit_code=EXIT_FAILED,
+        )
 
 
 def _by_admin(verb: str, command: Any) -> Any:

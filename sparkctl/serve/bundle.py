@@ -43,8 +43,9 @@ echo '--- docker'; (docker ps -a 2>&1 || echo 'no docker')
 def build_bundle(
     cluster: Cluster, doc: dict[str, Any], fleet: FleetLike, http: httpx.Client, identity: Mapping[str, Any],
     lines: int = 300,
-) -> bytes:
-    """The support tarball (gzip) as bytes; every secret value and bearer token redacted.
+) -> tuple[bytes, list[str]]:
+    """The support tarball (gzip) as bytes, every secret value and bearer token redacted, and the
+    nodes that did not answer (each has ``nodes/<name>/unreachable.txt`` saying why, in rank order).
     ``identity``: the identity table as `cluster show --json` prints it."""
     values = secrets(cluster)
     snap = verdict.snapshot(cluster, doc, fleet, http, api_key_or_none(cluster))
@@ -57,9 +58,11 @@ def build_bundle(
         "plan.json": json.dumps(doc, indent=2),
         "status.json": json.dumps(snap.as_dict(), indent=2, default=str),
     }
+    unreachable: list[str] = []
     for name, res in node_out.items():
         if not res.reachable:
             files[f"nodes/{name}/unreachable.txt"] = f"{res.error}\n"
+            unreachable.append(name)
             continue
         parsed = remote.parse_sections(res.stdout)
         for section, text in parsed.blocks.items():
@@ -73,7 +76,8 @@ def build_bundle(
             info.mtime = int(time.time())
             info.mode = 0o600
             tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    ranks = {n.name: n.rank for n in cluster.nodes}
+    return buf.getvalue(), sorted(unreachable, key=lambda n: ranks.get(n, len(ranks)))
 
 
 def versions() -> dict[str, Any]:

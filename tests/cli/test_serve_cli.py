@@ -401,6 +401,21 @@ def test_bundle_contains_the_facts_and_never_the_key(run_cli: Any, site: Site, t
     assert oct(out.stat().st_mode & 0o777) == "0o600"
 
 
+def test_bundle_with_unreachable_nodes_is_written_and_exits_1_naming_them(
+        run_cli: Any, site: Site, tmp_path: Path) -> None:
+    for name in ("spark-2", "spark-1"):
+        site.nodes.state[name].reachable = False
+    out = tmp_path / "b.tar.gz"
+    res = run_cli("-i", str(site.inventory), "--json", "bundle", "-o", str(out))
+    assert res.code == EXIT_FAILED
+    assert json.loads(res.out)["unreachable"] == ["spark-1", "spark-2"]  # rank order
+    assert "2 of 4 nodes did not answer (spark-1, spark-2)" in " ".join(res.err.replace("│", " ").split())
+    with tarfile.open(out) as tar:
+        names = {m.name.split("/", 1)[1] for m in tar.getmembers()}
+    assert {"nodes/spark-1/unreachable.txt", "nodes/spark-2/unreachable.txt",
+            "nodes/spark-0/journal.txt"} <= names
+
+
 # --- the fast path (sparkctl.serve.fastup) -----------------------------------------------------------
 
 

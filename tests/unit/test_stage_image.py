@@ -145,6 +145,7 @@ except image.ImageError as exc:
 """
 
 
+@pytest.mark.timing  # held to the wall clock (20 s, against the 60 s exit wait it must not take)
 @pytest.mark.parametrize("compress", ["zstd", "plain"])
 def test_a_failing_archive_write_stops_the_save_pipe_within_seconds(
     docker: Docker, tmp_path: Path, compress: str

@@ -143,10 +143,10 @@ class FakeSshd:
             if self.accepted <= self.drop_first:
                 conn.close()
                 continue
-            if self.banner_delay:  # the accept loop goes on; this connection waits for its banner
-                threading.Thread(target=self._serve, args=(conn, self.banner_delay), daemon=True).start()
-            else:
-                self._serve(conn)
+            # One thread per connection, as sshd forks one per connection: a key exchange slowed by a
+            # loaded machine never holds up the next node's connection (with `banner_delay` the
+            # connection also waits for its banner first).
+            threading.Thread(target=self._serve, args=(conn, self.banner_delay), daemon=True).start()
 
     def _serve(self, conn: socket.socket, delay: float = 0.0) -> None:
         if delay and self._stop.wait(delay):

@@ -220,7 +220,7 @@ def test_fleet_reuses_one_connection_per_node(sshd: FakeSshd) -> None:
     with Fleet([_target(sshd, "a"), _target(sshd, "b")]) as fleet:
         for _ in range(3):
             results = fleet.run("echo x\n", timeout=RUN_S)
-            assert all(r.ok for r in results.values())
+            assert all(r.ok for r in results.values()), results
         lines: list[tuple[str, str]] = []
         rc = fleet.stream("a", "printf 'l1\\nl2\\n'", lambda n, line: lines.append((n, line)))
         assert lines == [("a", "l1"), ("a", "l2")] and rc == 0

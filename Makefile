@@ -14,7 +14,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 APT_PACKAGES := systemd-container debootstrap openssh-client openssh-server iproute2 iputils-ping nftables rsync e2fsprogs util-linux procps prometheus git
 
-.PHONY: help venv sglang apt demo test unit timing integration wheel-check constraints lint bench lab-up lab-down lab-down-all clean
+.PHONY: help venv sglang apt demo test unit timing integration wheel-check constraints lint bench lab-up lab-down lab-down-all clean router-wheels integration-heavy
 
 help:
 	@echo "make demo   - bring the local lab up and run the whole flow on it (root, Linux)"
@@ -87,11 +87,37 @@ timing: venv
 	$(BIN)/pytest -q -n 2 -m timing tests/unit tests/cli
 
 # Includes tests/integration/test_wheel_install.py: the wheel check with `provision --check` on the lab.
-# Two labs side by side, one stream of modules each (tests/integration/conftest.py: STREAMS):
+# Three labs side by side, one stream of modules each (tests/integration/conftest.py: STREAMS):
 # worker gwN drives lab N. `make lab-down-all` takes every one of them down.
-LAB_STREAMS := 2
-integration: venv apt
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/pytest -q -n $(LAB_STREAMS) --durations=25 -m integration tests/integration
+LAB_STREAMS := 3
+integration: venv apt router-wheels
+	PATH=$(CURDIR)/$(BIN):$$PATH SPARKCTL_ROUTER_WHEELS=$${SPARKCTL_ROUTER_WHEELS:-$(ROUTER_WHEELS)} \
+	  $(BIN)/pytest -q -n $(LAB_STREAMS) --durations=25 -m integration tests/integration
+
+# The lab modules `make test` leaves out for their cost (tests/integration/conftest.py: HEAVY), on
+# one lab (instance $$SPARKCTL_LAB_INSTANCE, default 0): eight nodes serving TP8, and as two TP4
+# groups behind the router (its wheel as for `make integration`).
+integration-heavy: venv apt router-wheels
+	PATH=$(CURDIR)/$(BIN):$$PATH SPARKCTL_ROUTER_WHEELS=$${SPARKCTL_ROUTER_WHEELS:-$(ROUTER_WHEELS)} \
+	  SPARKCTL_LAB_HEAVY=only $(BIN)/pytest -q --durations=10 -m integration tests/integration
+
+# SGLang's gateway (the router) for the lab's router tests: the lab's nodes have no route out, so its
+# x86_64 wheel comes from the controller, downloaded once (pip's own index configuration) into the
+# lab's cache directory beside the rootfs and engine caches, and kept there. `integration` hands the
+# directory to the tests as SPARKCTL_ROUTER_WHEELS (one set by the caller wins). A failed download
+# fails nothing: the router tests then skip, saying the directory holds no wheel.
+ROUTER_PACKAGE := smg==1.13.0
+ROUTER_WHEEL := $(subst ==,-,$(ROUTER_PACKAGE))
+ROUTER_WHEELS ?= $(or $(SPARKCTL_ROOTFS_CACHE),/var/cache/sparkctl)/router-wheels
+router-wheels: venv
+	@if ls $(ROUTER_WHEELS)/$(ROUTER_WHEEL)-*.whl >/dev/null 2>&1; then exit 0; fi; \
+	tmp=$(ROUTER_WHEELS).part; rm -rf $$tmp; \
+	if mkdir -p $$tmp && timeout 300 $(BIN)/pip download -q --no-deps --only-binary=:all: --timeout 30 \
+	     --retries 2 $(ROUTER_PACKAGE) -d $$tmp && ls $$tmp/$(ROUTER_WHEEL)-*.whl >/dev/null 2>&1 \
+	   && mkdir -p $(ROUTER_WHEELS) && mv $$tmp/*.whl $(ROUTER_WHEELS)/; then \
+	  echo "router wheel: $$(ls $(ROUTER_WHEELS)/$(ROUTER_WHEEL)-*.whl)"; \
+	else echo "router wheel ($(ROUTER_PACKAGE)) not downloaded: the router lab tests will skip"; fi; \
+	rm -rf $$tmp
 
 # The built wheel in a fresh venv outside the tree (scripts/wheel_check.sh); on the lab too when it is up.
 wheel-check: venv
@@ -105,7 +131,7 @@ constraints: venv
 # The README's test command: lint and every test layer (integration includes the wheel check). The
 # wall-clock tests (marker `timing`) run first, alone on the machine; then the lab's one-time cache
 # build (debootstrap: mostly downloads and unpacking; its log is $(LAB_BUILD_LOG)); then the lab
-# tests, two labs side by side (one stream of modules each), with lint and the unit/CLI tests beside
+# tests, three labs side by side (one stream of modules each), with lint and the unit/CLI tests beside
 # them ($(BESIDE)); their output ($(SIDE_LOG)) is printed at the end. The installs before all that
 # run side by side (pip into the two venvs, apt-get for the lab's system packages): mostly downloads
 # and unpacking.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -67,14 +68,16 @@ def one(inventory: str, path: str) -> dict[str, Any]:
     t = doc["timeline"]
     engine = t["ready_s"] - t["last_start_s"]
     reports = sorted(Path(doc["records"]).glob("qualify-*/report.json"))
-    qualify = float(json.loads(reports[-1].read_text())["seconds"]) if reports else 0.0
+    report = json.loads(reports[-1].read_text()) if reports else {}
+    qualify = float(report.get("seconds", 0.0))
     return {"path": path, "took": doc["start"]["path"], "reasons": doc["start"]["reasons"][:3],
             "wall_s": round(wall, 3), "engine_ready_s": round(engine, 3),
             "overhead_s": round(wall - engine, 3),
             "before_start_s": round(wall - doc["seconds"] + t["last_start_s"], 3),
             "after_ready_s": round(t["done_s"] - t["ready_s"], 3), "qualify_on_up_s": round(qualify, 3),
             "overhead_without_qualify_s": round(wall - engine - qualify, 3),
-            "check_s": doc["start"]["check_seconds"]}
+            "check_s": doc["start"]["check_seconds"], "timeline": t,
+            "qualify_checks_s": {c["name"]: round(float(c["seconds"]), 3) for c in report.get("checks", [])}}
 
 
 def main() -> int:
@@ -84,6 +87,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", type=Path, help="Also write the JSON result here.")
     args = ap.parse_args()
+    load_before = round(os.getloadavg()[0], 2)
     # One up first: the fast path needs the playbook to have installed the current files once.
     warm = sparkctl(args.inventory, "--json", "up", "--yes", "--full")
     if warm.returncode != 0:
@@ -108,6 +112,8 @@ def main() -> int:
         "overhead_fast_over_playbook": round(fast / slow, 3) if slow else None,
         "goal_overhead_at_most_s": GOAL_S, "goal_met": fast <= GOAL_S and by_path["fast"]["took"] == ["fast"],
         "goal_met_without_qualify_on_up": mechanics <= GOAL_S and by_path["fast"]["took"] == ["fast"],
+        "cpus": os.cpu_count(), "load_avg_1m_before": load_before,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
     }
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -15,7 +15,9 @@ run() {
   fi
 }
 run stage-local  python bench/stage_bench.py
+run startup      python bench/startup_bench.py -n 15
 run lab-zipcache python bench/lab_zipcache.py -n 7
+run client-overhead python bench/client_overhead.py -n 5
 if [ "$(id -u)" = 0 ]; then
   run lab-updown   python bench/lab_updown.py --runs 2
   sparkctl lab up >/dev/null

@@ -2,10 +2,14 @@
 # `make demo`: the whole sparkctl flow on the built-in lab (four nspawn "Sparks" + a Linux switch;
 # the GB10 engine is replaced by the rank simulator, and every output says so). The ranks run as
 # Docker containers of the image built from the lab's synthetic serving kit, as on the Sparks.
+# The site it drives is made as on fresh Sparks, from the nodes' four management addresses and root
+# password: `sparkctl bootstrap` (an operator with a key made for this run, passwordless sudo) then
+# `sparkctl init` write it under the results directory; the lab's own inventory only reaches the
+# nodes for the container checks. No site, no demo: it stops there rather than use inventory/lab.
 # Each step's full output is kept under results/demo-<time>/; the lab stays up afterwards
 # (`make lab-down` removes it).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 if [ "$(id -u)" != 0 ]; then
   echo "make demo needs root (it creates containers, namespaces and bridges)" >&2
@@ -14,7 +18,11 @@ fi
 
 out="results/demo-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$out"
-inv=inventory/lab
+# Written by `lab up` (lab N > 0 of $SPARKCTL_LAB_INSTANCE: inventory/labN): its known_hosts vouches
+# for the host keys, its ssh_config logs in as root.
+lab_inv=inventory/lab$([ "${SPARKCTL_LAB_INSTANCE:-0}" = 0 ] || echo "$SPARKCTL_LAB_INSTANCE")
+site="$out/site"       # written by bootstrap and init; every step after them runs on it
+inv=$site
 n=0
 started=$(date +%s)
 
@@ -22,7 +30,7 @@ started=$(date +%s)
 containers() {
   local want=$1 node names bad=0
   for node in spark-0 spark-1 spark-2 spark-3; do
-    names=$(ssh -F "$inv/ssh_config" "$node" "docker ps --filter name=sparkctl- --format '{{.Names}} {{.Status}}'") || return 1
+    names=$(ssh -F "$lab_inv/ssh_config" "$node" "docker ps --filter name=sparkctl- --format '{{.Names}} {{.Status}}'") || return 1
     printf '%s: %s\n' "$node" "${names:-(no rank container)}"
     if [ "$want" = yes ] && [ -z "$names" ]; then bad=1; fi
     if [ "$want" = no ] && [ -n "$names" ]; then bad=1; fi
@@ -46,7 +54,23 @@ step() {
   fi
 }
 
+# `sparkctl bootstrap` or `sparkctl init` with the arguments sparkctl_lab.dayone gives, the same the
+# lab test tests/integration/test_day_one_lab.py runs (the password goes by file name, never by value).
+day_one() {
+  local what=$1 argv_file="$out/day-one-$1.argv" args rc
+  python3 -m sparkctl_lab.dayone --inventory "$lab_inv" --site "$site" --workdir "$out/day-one" "$what" \
+    >"$argv_file" || return
+  mapfile -d '' -t args <"$argv_file"
+  printf '$ sparkctl'; printf ' %q' "${args[@]}"; printf '\n'
+  sparkctl "${args[@]}" && return
+  rc=$?
+  echo "sparkctl $what exited $rc: no site in $site, and the demo runs on no other" >&2
+  return "$rc"
+}
+
 step lab-up         sparkctl lab up
+step bootstrap      day_one bootstrap
+step init           day_one init
 step validate       sparkctl -i "$inv" validate
 step plan           sparkctl -i "$inv" plan --node spark-3
 step provision      sparkctl -i "$inv" provision
@@ -81,4 +105,4 @@ step down           sparkctl -i "$inv" down
 step no-containers  containers no
 
 printf '\n\033[1mdemo done in %ss.\033[0m Outputs: %s (bench plot: %s/ladder.png)\n' "$(( $(date +%s) - started ))" "$out" "$out"
-echo "The lab is still up: ssh -F $inv/ssh_config spark-0 · sparkctl -i $inv status · make lab-down"
+echo "The lab is still up: ssh -F $lab_inv/ssh_config spark-0 · sparkctl -i $inv status · make lab-down"

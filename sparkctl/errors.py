@@ -2,7 +2,7 @@
 
 Exit codes (documented in the README, stable):
   0  ok
-  1  an operation failed
+  1  an operation failed, or a node did not answer (every verb: EXIT_UNREACHABLE)
   2  bad input or usage; nothing was touched
   3  the cluster is not healthy
 """
@@ -15,11 +15,15 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNHEALTHY = 3
+# A node that did not answer (SSH refused, timed out, host key, login...): the same code from every verb
+# (provision, stage, up, down, check fabric, preflight, status, logs, bundle); 3 is for a cluster that
+# answered and is not healthy.
+EXIT_UNREACHABLE = EXIT_FAILED
 # What each code means: `sparkctl --help` lists these and the README's table says the same (a test
 # holds them together).
 EXIT_MEANINGS = {
     EXIT_OK: "ok",
-    EXIT_FAILED: "an operation failed (a task, a transfer, a gate, a check)",
+    EXIT_FAILED: "an operation failed (a task, a transfer, a gate, a check), or a node did not answer",
     EXIT_USAGE: "bad input or usage — nothing was touched",
     EXIT_UNHEALTHY: "the cluster is not healthy (`status`, health gates)",
 }
@@ -33,6 +37,7 @@ class SparkctlError(Exception):
     hint: str | None = None
     exit_code: int = EXIT_FAILED
     details: list[str] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)  # the nodes it is about (rank order), for --json
 
     def __str__(self) -> str:
         return self.message

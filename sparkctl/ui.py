@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 
 console = Console(highlight=False)
@@ -41,8 +42,8 @@ def json_error(code: int, message: str, hint: str | None = None, details: list[s
 
 def error_panel(message: str, hint: str | None = None, details: list[str] | None = None) -> None:
     body = message
-    if details:
-        body += "\n" + "\n".join(f"  • {d}" for d in details)
+    if details:  # plain text (a node's output, a path): never read as rich markup ("[receiver]")
+        body += "\n" + "\n".join(f"  • {escape(str(d))}" for d in details)
     if hint:
         body += f"\n\n[bold]what to do:[/bold] {hint}"
     err_console.print(Panel(body, title="[red]sparkctl: error[/red]", border_style="red", expand=False))

@@ -32,7 +32,7 @@ def set_link(node: str, up_: bool, halves: list[str] | None = None, mgmt: bool =
         host.run(["ip", "link", "set", topo.mgmt_veth_host(node), word])
         touched.append(topo.mgmt_veth_host(node))
     if not mgmt or halves:
-        for key in halves or [h.key for h in topo.HALVES]:
+        for key in halves or [h.key for h in topo.fabric_ports()]:
             port = topo.switch_port(node, topo.half(key))
             host.run(["ip", "-n", topo.netns(topo.SWITCH_NAME), "link", "set", port, word])
             touched.append(port)
@@ -43,7 +43,7 @@ def set_port_mtu(port: str, mtu: int) -> int | None:
     """Set a lab switch port's MTU (really enforced by the kernel); return the previous one."""
     host.require_root_linux("mtu")
     require_state()
-    if port != topo.FABRIC_BRIDGE:
+    if port not in topo.segments():  # a bridge (the fabric, or a cable) or a port
         try:
             topo.port_owner(port)
         except ValueError as exc:

@@ -23,7 +23,8 @@ from sparkctl_lab import topology as topo
 
 lab_app = typer.Typer(
     name="lab",
-    help="The local lab: four systemd-nspawn 'Sparks' and a Linux switch on this machine (root, Linux).",
+    help="The local lab: systemd-nspawn 'Sparks' (four on a switch, or another published shape) and a Linux "
+    "switch on this machine (root, Linux).",
     cls=OrderedGroup,
     no_args_is_help=True,
 )
@@ -52,10 +53,12 @@ def _complete_machine(incomplete: str) -> list[str]:
 MachineArg = Annotated[str, typer.Argument(help="spark-K or lab-switch", autocompletion=_complete_machine)]
 
 
-def _parse_nvme(nvme_gib: int | None, per_node: list[str] | None) -> dict[str, int]:
+def _parse_nvme(
+    nvme_gib: int | None, per_node: list[str] | None, shape: str = topo.DEFAULT_SHAPE
+) -> dict[str, int]:
     sizes: dict[str, int] = {}
     if nvme_gib is not None:
-        sizes = dict.fromkeys(topo.node_names(), nvme_gib)
+        sizes = dict.fromkeys(topo.node_names(topo.get_shape(shape)), nvme_gib)
     for item in per_node or []:
         node, sep, gib = item.partition("=")
         if not sep or not gib.strip().isdigit():
@@ -64,7 +67,17 @@ def _parse_nvme(nvme_gib: int | None, per_node: list[str] | None) -> dict[str, i
     return sizes
 
 
-@lab_app.command("up", epilog=example("sparkctl lab up --nvme-gib 8"))
+def _complete_shape(incomplete: str) -> list[str]:
+    return [s for s in topo.SHAPES if s.startswith(incomplete)]
+
+
+def _check_shape(value: str) -> str:
+    if value not in topo.SHAPES:
+        raise typer.BadParameter(f"{value!r} is not a lab shape; one of: {', '.join(topo.SHAPES)}")
+    return value
+
+
+@lab_app.command("up", epilog=example("sparkctl lab up --nvme-gib 8", "sparkctl lab up --shape triangle"))
 def up_cmd(
     ctx: typer.Context,
     nvme_gib: Annotated[
@@ -77,12 +90,23 @@ def up_cmd(
         list[str] | None,
         typer.Option("--nvme", help="Per-node NVMe size, NODE=GIB (repeatable; overrides --nvme-gib)."),
     ] = None,
+    shape: Annotated[
+        str,
+        typer.Option(
+            "--shape",
+            help="How the nodes are cabled: switch4 (four nodes on the switch), triangle (three, every pair "
+            "cabled), ring (four, neighbours cabled), switch8 (eight on the switch). A lab up in another "
+            "shape is taken down and brought up anew in this one.",
+            autocompletion=_complete_shape,
+            callback=_check_shape,
+        ),
+    ] = topo.DEFAULT_SHAPE,
 ) -> None:
     """Bring the lab up (idempotent) and write its inventory (default inventory/lab)."""
     from sparkctl_lab import control
 
     inv = ctx.obj.inventory if ctx.obj.inventory is not None else DEFAULT_INVENTORY
-    report = control.up(inv, _parse_nvme(nvme_gib, nvme), log=_log(ctx))
+    report = control.up(inv, _parse_nvme(nvme_gib, nvme, shape), log=_log(ctx), shape=shape)
     if _json(ctx):
         ui.print_json(
             {
@@ -90,6 +114,7 @@ def up_cmd(
                 "ssh_config": str(report.inventory_dir / "ssh_config"),
                 "rootfs": str(report.rootfs),
                 "rootfs_build_s": report.rootfs_build_s,
+                "shape": report.shape,
                 "started": report.started,
                 "system": report.system,
                 "inventory_changed": report.inventory_changed,
@@ -107,7 +132,7 @@ def up_cmd(
     for node, active in report.docker.items():
         ui.console.print(f"{ui.OK if active == 'active' else ui.FAIL} {node:<11} docker.service {active}")
     verb = "started " + ", ".join(report.started) if report.started else "already up, nothing changed"
-    ui.console.print(f"lab up in {report.seconds:.1f}s ({verb})")
+    ui.console.print(f"lab up as {report.shape} in {report.seconds:.1f}s ({verb})")
     ui.console.print(
         f"inventory: {report.inventory_dir}   ssh: ssh -F {report.inventory_dir}/ssh_config spark-0"
     )
@@ -164,7 +189,7 @@ def status_cmd(ctx: typer.Context) -> None:
     if _json(ctx):
         ui.print_json(rows)
         return
-    table = Table(title="sparkctl lab", title_justify="left")
+    table = Table(title=f"sparkctl lab ({topo.shape().name})", title_justify="left")
     for col in ("machine", "state", "pid", "mgmt ip", "system", "rss MiB"):
         table.add_column(col)
     for r in rows:
@@ -173,6 +198,23 @@ def status_cmd(ctx: typer.Context) -> None:
             r["machine"], state, str(r["pid"] or "-"), r["mgmt_ip"], r["system"], str(r["rss_mib"] or "-")
         )
     ui.console.print(table)
+
+
+@lab_app.command("password", epilog=example(
+    "sparkctl lab password",
+    "sparkctl bootstrap 10.250.0.10 --login root --password-file \"$(sparkctl lab password)\" --yes"))
+def password_cmd(ctx: typer.Context) -> None:
+    """The file (0600) holding the Sparks' root password, for a password login as on a fresh box."""
+    from sparkctl_lab import state
+
+    path = state.root_password_file()
+    if not path.is_file():
+        raise SparkctlError(f"no root password file at {path}", hint="run `sparkctl lab up` first",
+                            exit_code=EXIT_USAGE)
+    if _json(ctx):
+        ui.print_json({"file": str(path)})
+    else:
+        typer.echo(str(path))
 
 
 @lab_app.command("kill", epilog=example("sparkctl lab kill spark-3"))

@@ -33,6 +33,7 @@ from sparkctl_lab.machines import (
     nspawn_pid,
     remove_propagate_dir,
     require_state,
+    set_root_password,
     start_machine,
     stop_machine,
     stray_nspawns,
@@ -61,6 +62,7 @@ class UpReport:
     system: dict[str, str] = field(default_factory=dict)
     inventory_changed: list[str] = field(default_factory=list)
     kit_commit: str = ""
+    shape: str = topo.DEFAULT_SHAPE
     docker: dict[str, str] = field(default_factory=dict)  # spark -> docker.service state
     engine_build_s: float | None = None  # debootstrap + tar of the base engine image (None: cached)
     image_import_s: float | None = None  # docker import on the head (None: already there)
@@ -76,11 +78,12 @@ def _ensure_controller_files() -> str:
         host.run(
             ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sparkctl-lab-controller", "-f", str(key)]
         )
-    api = state.api_key_file()
-    if not api.exists():
-        fd = os.open(api, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(32) + "\n")
+    # The serving API key, and the Sparks' root password (set in each booted node: set_root_password).
+    for secret_file, nbytes in ((state.api_key_file(), 32), (state.root_password_file(), 18)):
+        if not secret_file.exists():
+            fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(nbytes) + "\n")
     return Path(str(key) + ".pub").read_text().strip()
 
 
@@ -109,6 +112,7 @@ def lab_inventory_for(
         nvme_gib={n: (st.machines[n].nvme_gib if n in st.machines else None) for n in topo.node_names()},
         kit_url=str(kit_repo.path),
         kit_commit=kit_repo.commit,
+        shape=st.shape,
     )
 
 
@@ -153,35 +157,56 @@ def build(log: Log = _nothing) -> Caches:
         return _ensure_caches(log)
 
 
-def up(inventory_dir: Path, nvme: dict[str, int] | None = None, log: Log = _nothing) -> UpReport:
-    """Bring the lab up (idempotent): build/reuse the rootfs, wire, boot, write the inventory."""
+def up(
+    inventory_dir: Path, nvme: dict[str, int] | None = None, log: Log = _nothing, shape: str | None = None
+) -> UpReport:
+    """Bring the lab up (idempotent): build/reuse the rootfs, wire, boot, write the inventory.
+    `shape` (topology.SHAPES): the lab's wiring; None keeps the shape the lab is up in (switch4
+    when it is down). A lab up in another shape is taken down and brought up in this one."""
     host.require_root_linux("up")
+    try:
+        wanted = None if shape is None else topo.get_shape(shape).name
+    except ValueError as exc:
+        raise SparkctlError(str(exc), hint="sparkctl lab up --shape " + "|".join(topo.SHAPES),
+                            exit_code=EXIT_USAGE) from exc
     with state.locked():
-        return _up(inventory_dir, nvme, log)
+        return _up(inventory_dir, nvme, log, wanted)
 
 
-def _up(inventory_dir: Path, nvme: dict[str, int] | None, log: Log) -> UpReport:
+def recorded_shape() -> str:
+    """The shape the lab is up in (its state file), else the default."""
+    st = state.load()
+    return st.shape if st is not None else topo.DEFAULT_SHAPE
+
+
+def _up(inventory_dir: Path, nvme: dict[str, int] | None, log: Log, shape: str | None = None) -> UpReport:
     host.require_tools(["systemd-nspawn", "ip", "ssh", "ssh-keygen", "nsenter", "setsid", "mount"])
     nvme = dict(nvme or {})
-    _validate_nvme(nvme)
     if nvme:
         host.require_tools(["losetup", "mkfs.ext4"])
     t0 = time.monotonic()
     caches = _ensure_caches(log)
     rootfs_dir, kit_repo = caches.rootfs, caches.kit
 
-    st = state.load()
+    st = state.load()  # makes the recorded shape topology's, for the teardown below
+    shape = shape or (st.shape if st is not None else topo.DEFAULT_SHAPE)
+    if st is not None and st.shape != shape:
+        log(f"the lab is up as {st.shape}: recreating it as {shape}")
+        _teardown(st, log)
+        st = None
     if st is not None and st.rootfs != str(rootfs_dir):
         log("the rootfs changed since the lab came up: recreating the lab")
         _teardown(st, log)
         st = None
+    topo.use_shape(shape)
+    _validate_nvme(nvme)
     for old in rootfs.prune(keep=rootfs_dir):
         log(f"removed an outdated rootfs cache: {old}")
     if st is None:
         if leftovers():
             log("cleaning what an earlier run left behind")
             _teardown(None, log)
-        st = state.LabState(rootfs=str(rootfs_dir), inventory_dir=str(inventory_dir.resolve()))
+        st = state.LabState(rootfs=str(rootfs_dir), inventory_dir=str(inventory_dir.resolve()), shape=shape)
     for node, gib in nvme.items():
         ms = st.machines.get(node)
         if ms and ms.nvme_gib != gib and nspawn_pid(node, st) is not None:
@@ -200,8 +225,9 @@ def _up(inventory_dir: Path, nvme: dict[str, int] | None, log: Log) -> UpReport:
     pub = _ensure_controller_files()
     ensure_mgmt_bridge()
     report = UpReport(inventory_dir=inventory_dir, rootfs=rootfs_dir, rootfs_build_s=caches.rootfs_build_s,
-                      kit_commit=kit_repo.commit)
+                      kit_commit=kit_repo.commit, shape=shape)
     report.engine_build_s = caches.engine_build_s
+    host.ensure_inotify_instances(sum(nspawn_pid(m, st) is None for m in topo.machines()), log)
     # The switch first: the nodes' fabric veths plug into its namespace.
     try:
         for m in [topo.SWITCH_NAME, *topo.node_names()]:
@@ -215,6 +241,7 @@ def _up(inventory_dir: Path, nvme: dict[str, int] | None, log: Log) -> UpReport:
         states = dict(
             zip(topo.machines(), pool.map(lambda m: wait_booted(m, st), topo.machines()), strict=True)
         )
+        list(pool.map(lambda n: set_root_password(n, st), topo.node_names()))
         list(pool.map(lambda m: wait_ssh(m, inventory_dir), topo.machines()))
         nodes = topo.node_names()
         list(pool.map(lambda n: engine.wait_engine(n, st), nodes))
@@ -244,6 +271,8 @@ def start(machine: str, log: Log = _nothing) -> bool:
         finally:
             state.save(st)
     wait_booted(machine, st)
+    if machine != topo.SWITCH_NAME:
+        set_root_password(machine, st)
     wait_ssh(machine, Path(st.inventory_dir))
     return started
 
@@ -267,9 +296,29 @@ def down(log: Log = _nothing) -> list[str]:
         return leftovers()
 
 
+
+# How long `lab down` keeps killing what is left in the lab's cgroups and removing them.
+CGROUP_REMOVE_S = 60.0
+
+
+def _cgroups_removed() -> bool:
+    for cgroup in host.cgroup_dirs(CGROUP_PARENT):
+        for procs in cgroup.rglob("cgroup.procs"):
+            try:
+                pids = [int(p) for p in procs.read_text().split()]
+            except (OSError, ValueError):
+                continue
+            for pid in pids:
+                host.kill(pid, signal.SIGKILL)
+        host.remove_cgroup_tree(cgroup)
+    return not host.cgroup_dirs(CGROUP_PARENT)
+
+
 def _teardown(st: state.LabState | None, log: Log) -> None:
-    with ThreadPoolExecutor(max_workers=len(topo.machines())) as pool:
-        list(pool.map(lambda m: stop_machine(m, st), topo.machines()))
+    # Every machine any shape has: a lab whose state file is gone may have been a larger one.
+    everything = topo.every_machine()
+    with ThreadPoolExecutor(max_workers=len(everything)) as pool:
+        list(pool.map(lambda m: stop_machine(m, st), everything))
     # Anything still running inside our namespaces or from our trees (a crashed run's processes).
     machines_root = state.machines_dir()
     strays = set(stray_nspawns(machines_root))
@@ -289,13 +338,15 @@ def _teardown(st: state.LabState | None, log: Log) -> None:
             host.run(["umount", "-l", str(mp)], check=False)
     for loop in host.loop_devices_backed_by(machines_root):
         host.run(["losetup", "-d", loop], check=False)
-    for cgroup in host.cgroup_dirs(CGROUP_PARENT):
-        host.remove_cgroup_tree(cgroup)
-    for m in topo.machines():
+    # A cgroup goes only once its last process has exited: on a loaded machine the killed nodes'
+    # processes may take a while, so what is left is killed and the removal retried (a poll).
+    host.wait_until(_cgroups_removed, CGROUP_REMOVE_S, 0.5)
+    for m in everything:
         remove_propagate_dir(m)
     if machines_root.exists():
         host.run(["rm", "-rf", "--one-file-system", str(machines_root)], check=False)
-    for f in (state.controller_key(), Path(f"{state.controller_key()}.pub"), state.api_key_file()):
+    for f in (state.controller_key(), Path(f"{state.controller_key()}.pub"), state.api_key_file(),
+              state.root_password_file()):
         f.unlink(missing_ok=True)
     for inv in st.inventories() if st else []:
         lab_inventory.remove(inv)
@@ -315,7 +366,7 @@ def _lab_ssh_clients() -> list[int]:
         cols = line.split()
         remote_hex = cols[2].split(":")[0]
         addr = socket.inet_ntoa(bytes.fromhex(remote_hex)[::-1])
-        if addr in {str(topo.mgmt_ip(m)) for m in topo.machines()}:
+        if addr in {str(topo.mgmt_ip(m, topo.LARGEST)) for m in topo.every_machine()}:
             inodes.add(cols[9])
     if not inodes:
         return []
@@ -357,6 +408,7 @@ def leftovers() -> list[str]:
 
 
 def check_machine(machine: str) -> None:
+    state.load()  # the recorded shape's machines
     if machine not in topo.machines():
         raise SparkctlError(
             f"unknown lab machine {machine!r}",

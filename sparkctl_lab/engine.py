@@ -4,6 +4,7 @@ A real Spark runs an SGLang image; the lab's stands in for it with a small Debia
 (debootstrap minbase + python3 + g++, cached beside the lab rootfs) holding
 
 - the rank simulator, importable as ``sparkctl_sim`` (copied from this checkout),
+- the probe file the simulator reads (``sparkctl/qa/probes/r4.json``, data only),
 - ``/usr/local/bin/sglang``: ``sglang serve <argv>`` runs the simulator with the argv the product
   renders for a real rank (the process shows as ``… sglang serve …``, as SGLang's own does),
 - the stock ("before") version of each file the synthetic kit overlays, under
@@ -147,6 +148,11 @@ def added_files(tree: Path) -> dict[str, tuple[bytes, int]]:
     out: dict[str, tuple[bytes, int]] = {"usr/local/bin/sglang": (SGLANG_SCRIPT, 0o755)}
     for f in sorted(sim_root.rglob("*.py")):
         out[f"{site}/sparkctl_sim/{f.relative_to(sim_root).as_posix()}"] = (f.read_bytes(), 0o644)
+    # The published probes the simulator recognises (sparkctl_sim.probes), where it looks for them: the
+    # data file only, at the path it has in the wheel (nothing in the image imports sparkctl).
+    probes = sim_root.parent / "sparkctl" / "qa" / "probes"
+    for f in sorted(probes.glob("*.json")):
+        out[f"{site}/sparkctl/qa/probes/{f.name}"] = (f.read_bytes(), 0o644)
     for path, data in kit.image_files().items():
         out[path.lstrip("/")] = (data, 0o644)
     return out

@@ -288,3 +288,43 @@ def link_mtu(name: str, ns: str | None = None) -> int | None:
         return None
     words = proc.stdout.split()
     return int(words[words.index("mtu") + 1]) if "mtu" in words else None
+
+
+# Every lab machine is a systemd (and Docker) running as the host's root: its systemd, journald,
+# logind, dbus, containerd and dockerd hold 8-9 inotify instances, all counted against root's
+# fs.inotify.max_user_instances (Debian's default 128). Three labs side by side are 15 machines,
+# ~125 instances: one more machine and a node's systemd cannot start ("Failed to create control
+# group inotify object: Too many open files"), or a service restarting later fails the same way.
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+INOTIFY_PER_MACHINE = 16  # about twice what one was seen to hold
+INOTIFY_HOST_SHARE = 128  # the controller's own processes, as the default leaves them
+
+
+def nspawn_machines() -> int:
+    """How many systemd-nspawn machines run on this host now (every lab, every instance)."""
+    argvs = (cmdline(pid) for pid in all_pids())
+    return sum(1 for argv in argvs if argv and Path(argv[0]).name == "systemd-nspawn")
+
+
+def ensure_inotify_instances(new_machines: int, log: Callable[[str], None]) -> None:
+    """Raise root's inotify instance limit to what the machines already running here plus
+    ``new_machines`` need, saying so; refuse, naming the setting, when it cannot be raised."""
+    if new_machines <= 0:
+        return
+    try:
+        limit = int(INOTIFY_INSTANCES.read_text())
+    except (OSError, ValueError):
+        return  # no such limit on this kernel
+    need = (nspawn_machines() + new_machines) * INOTIFY_PER_MACHINE + INOTIFY_HOST_SHARE
+    if limit >= need:
+        return
+    try:
+        INOTIFY_INSTANCES.write_text(f"{need}\n")
+    except OSError as exc:
+        raise SparkctlError(
+            f"fs.inotify.max_user_instances is {limit}: the lab's machines need about {need} "
+            f"(each machine's systemd and Docker hold ~9, all as root) and it cannot be raised here ({exc})",
+            hint=f"raise it as root: sysctl -w fs.inotify.max_user_instances={need}",
+            exit_code=EXIT_USAGE,
+        ) from exc
+    log(f"raised fs.inotify.max_user_instances from {limit} to {need} (a lab machine holds ~9 of them)")

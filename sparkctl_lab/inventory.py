@@ -57,6 +57,11 @@ class LabInventory:
     # simulator directly (kind lab).
     kit_url: str | None = None
     kit_commit: str | None = None
+    shape: str = topo.DEFAULT_SHAPE  # topology.SHAPES: the wiring the inventory describes
+
+    @property
+    def lab_shape(self) -> topo.Shape:
+        return topo.get_shape(self.shape)
 
     @property
     def known_hosts(self) -> Path:
@@ -75,29 +80,36 @@ def ssh_common_args(inv: LabInventory) -> str:
 
 
 def hosts_document(inv: LabInventory) -> dict[str, Any]:
+    sh = inv.lab_shape
     sparks: dict[str, Any] = {}
-    for rank, node in enumerate(topo.node_names()):
+    for rank, node in enumerate(topo.node_names(sh)):
         entry: dict[str, Any] = {
-            "ansible_host": str(topo.mgmt_ip(node)),
+            "ansible_host": str(topo.mgmt_ip(node, sh)),
             "sparkctl_rank": rank,
             "sparkctl_fabric_ports": [
-                {"netdev": h.netdev, "hca": h.hca, "address": str(topo.fabric_ip(node, h))}
-                for h in topo.HALVES
+                {"netdev": h.netdev, "hca": h.hca, "address": str(topo.fabric_ip(node, h, sh))}
+                for h in topo.fabric_ports(sh)
             ],
         }
         gib = inv.nvme_gib.get(node)
         if gib is not None:
             entry["sparkctl_nvme_gib"] = gib
         sparks[node] = entry
-    switch = {
-        "ansible_host": str(topo.mgmt_ip(topo.SWITCH_NAME)),
-        "sparkctl_switch_type": "linux",
-        "sparkctl_switch_mtu": topo.SWITCH_PORT_MTU,
-        "sparkctl_switch_l2mtu": topo.SWITCH_PORT_MTU,
-        "sparkctl_switch_ports": {
-            node: {h.netdev: topo.switch_port(node, h) for h in topo.HALVES} for node in topo.node_names()
-        },
-    }
+    children: dict[str, Any] = {"sparks": {"hosts": sparks}}
+    if sh.switched:
+        switch = {
+            "ansible_host": str(topo.mgmt_ip(topo.SWITCH_NAME)),
+            "sparkctl_switch_type": "linux",
+            "sparkctl_switch_mtu": topo.SWITCH_PORT_MTU,
+            "sparkctl_switch_l2mtu": topo.SWITCH_PORT_MTU,
+            "sparkctl_switch_ports": {
+                node: {h.netdev: topo.switch_port(node, h, sh) for h in topo.fabric_ports(sh)}
+                for node in topo.node_names(sh)
+            },
+        }
+        children["switches"] = {"hosts": {topo.SWITCH_NAME: switch}}
+    # A cabled shape has no switch in its inventory (`validate` refuses one): lab-switch is only the
+    # patch panel that holds its cables.
     return {
         "all": {
             "vars": {
@@ -107,12 +119,44 @@ def hosts_document(inv: LabInventory) -> dict[str, Any]:
                 "ansible_ssh_common_args": ssh_common_args(inv),
                 "ansible_python_interpreter": "/usr/bin/python3",
             },
-            "children": {
-                "sparks": {"hosts": sparks},
-                "switches": {"hosts": {topo.SWITCH_NAME: switch}},
-            },
+            "children": children,
         }
     }
+
+
+# What a published profile takes from the lab's own profile (sparkctl/profiles/lab.yml) to run on
+# the lab's simulated ranks, read from that file (never restated here): the container a lab node can
+# run, the synthetic kit, the memory of a lab container, the simulator's knobs, the toy sizes of the
+# context and the KV pool, and the kit's path. Everything else (TP/EP, padding, fabric, the published
+# flags and NCCL environment, the gates and smoke requests) stays the published profile's: the lab
+# profile's kit markers describe R4's TP4 layout (128 draft experts do not split over EP3).
+LAB_PROFILE = "lab"
+LAB_SECTIONS = ("container", "kit", "memory", "simulator")
+LAB_ARGS = ("--min-free-slots-delay", "--context-length", "--max-running-requests", "--chunked-prefill-size",
+            "--max-prefill-tokens", "--max-total-tokens", "--mem-fraction-static",
+            "--cuda-graph-max-bs-decode", "--watchdog-timeout")
+LAB_ENV = ("PYTHONPATH",)
+
+
+def profile_overrides(sh: topo.Shape) -> dict[str, Any]:
+    """sparkctl_profile_overrides of a shape's lab inventory: none for the lab's own profile."""
+    if sh.profile == LAB_PROFILE:
+        return {}
+    from sparkctl.profiles import load_profile, profile_text
+
+    lab, published = (yaml.safe_load(profile_text(name)) for name in (LAB_PROFILE, sh.profile))
+    out: dict[str, Any] = {k: lab[k] for k in LAB_SECTIONS if k in lab}
+    # Overrides merge into a section key by key: the container is given whole (every key, the lab
+    # profile's defaults included), so nothing of the publisher's (privileged, binds) stays.
+    out["container"] = load_profile(LAB_PROFILE).container.model_dump(mode="json")
+    if published.get("memory", {}).get("engram_packed_gib") == 0:
+        # Resident Engram (sg17-tp8): nothing is packed, on the lab either.
+        out["memory"] = {**out["memory"], "engram_packed_gib": 0}
+    out["args"] = {k: lab["args"][k] for k in LAB_ARGS if k in lab["args"]}
+    out["env"] = {k: lab["env"][k] for k in LAB_ENV if k in lab["env"]}
+    # The publisher's image is built from its own kit; the lab's ranks run the lab's engine image.
+    out["image"] = None
+    return out
 
 
 def runtime_document(inv: LabInventory) -> dict[str, Any]:
@@ -124,24 +168,29 @@ def runtime_document(inv: LabInventory) -> dict[str, Any]:
 
 
 def group_vars_document(inv: LabInventory) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "sparkctl_cluster_name": topo.CLUSTER_NAME,
-        "sparkctl_profile": "lab",
-        "sparkctl_profile_overrides": {},
+    sh = inv.lab_shape
+    doc: dict[str, Any] = {"sparkctl_cluster_name": topo.CLUSTER_NAME}
+    if sh.topology != "switch":
+        doc["sparkctl_topology"] = sh.topology
+    doc |= {
+        "sparkctl_profile": sh.profile,
+        "sparkctl_profile_overrides": profile_overrides(sh),
         "sparkctl_runtime": runtime_document(inv),
         "sparkctl_mgmt": {"subnet": str(topo.MGMT_SUBNET), "interface": topo.MGMT_IFACE},
         "sparkctl_fabric": {
-            "subnets": [str(h.subnet) for h in topo.HALVES],
+            "subnets": [str(net) for net in topo.fabric_subnets(sh)],
             "mtu": topo.HOST_FABRIC_MTU,
             # The QoS role skips itself where no RDMA device exists (the lab); the intent stays on as
             # on a real site. The ranks get no NCCL_IB_TC: the lab's Linux bridge has no lossless class.
-            "host_qos": True,
-            "bootstrap_over": "fabric",
-            "stage_over_fabric": True,
+            # A cabled shape has no switch to match (off, as its example), and bootstraps and stages
+            # over the management network: the head's fabric addresses are each one cable's.
+            "host_qos": sh.switched,
+            "bootstrap_over": "fabric" if sh.switched else "mgmt",
+            "stage_over_fabric": sh.switched,
         },
         "sparkctl_ports": dict(LAB_PORTS),
         "sparkctl_api_allow": [str(topo.MGMT_SUBNET)],
-        "sparkctl_paths": dict(LAB_PATHS),
+        "sparkctl_paths": {**LAB_PATHS, "engram_dir": f"{NVME_MOUNT}/engram-tp{sh.tp}"},
         "sparkctl_checkpoint": {"source": "dir", "path": str(inv.checkpoint_dir), "location": "controller"},
         "sparkctl_secrets": {"api_key": {"file": str(inv.api_key_file)}},
         # `sparkctl watch`: the lab's ranks start in seconds, so it may look more often.
@@ -155,17 +204,18 @@ def group_vars_document(inv: LabInventory) -> dict[str, Any]:
     return doc
 
 
-def known_hosts_text(host_keys: Mapping[str, str]) -> str:
-    lines = [f"{m},{topo.mgmt_ip(m)} {host_keys[m].strip()}" for m in topo.machines() if m in host_keys]
+def known_hosts_text(host_keys: Mapping[str, str], sh: topo.Shape | None = None) -> str:
+    lines = [f"{m},{topo.mgmt_ip(m, sh)} {host_keys[m].strip()}" for m in topo.machines(sh) if m in host_keys]
     return "\n".join(lines) + "\n"
 
 
 def ssh_config_text(inv: LabInventory) -> str:
     out = ["# Written by `sparkctl lab up`: ssh -F <this file> spark-2", ""]
-    for m in topo.machines():
-        out += [f"Host {m}", f"  HostName {topo.mgmt_ip(m)}", ""]
+    machines = topo.machines(inv.lab_shape)
+    for m in machines:
+        out += [f"Host {m}", f"  HostName {topo.mgmt_ip(m, inv.lab_shape)}", ""]
     out += [
-        f"Host {' '.join(topo.machines())}",
+        f"Host {' '.join(machines)}",
         "  User root",
         f"  IdentityFile {inv.private_key}",
         "  IdentitiesOnly yes",
@@ -199,7 +249,7 @@ def render_files(inv: LabInventory) -> dict[str, str]:
     return {
         HOSTS_FILE: _yaml(hosts_document(inv)),
         GROUP_VARS_FILE: _yaml(group_vars_document(inv)),
-        KNOWN_HOSTS_FILE: known_hosts_text(inv.host_keys),
+        KNOWN_HOSTS_FILE: known_hosts_text(inv.host_keys, inv.lab_shape),
         SSH_CONFIG_FILE: ssh_config_text(inv),
         MARKER_FILE: "This directory is written by `sparkctl lab up` and removed by `sparkctl lab down`.\n",
     }

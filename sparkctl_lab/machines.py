@@ -30,6 +30,10 @@ from sparkctl_lab.wiring import (
 )
 
 BOOT_TIMEOUT_S = 120.0
+# Polls, each returning as soon as its event happens: how long systemd-nspawn may take to write its
+# PID and to fork the machine's PID 1. 10 and 15 s ran out on a loaded 2-core machine (load ~25:
+# lab tests, busy loops and other test sessions at once) while the boot went on fine.
+START_TIMEOUT_S = 90.0
 SSH_TIMEOUT_S = 60.0
 # After the port opens: each login attempt may take this long (a loaded node's banner), and
 # attempts go on for the window (was 2 s within 15 s: too short at load ~12).
@@ -152,10 +156,11 @@ def docker_daemon_json(machine: str) -> str:
     return json.dumps(conf, indent=2) + "\n"
 
 SSHD_LAB_CONF = (
-    "# sparkctl lab: root by key only, this machine's own host key.\n"
+    "# sparkctl lab: root by key, or by the lab's password (a fresh box's first contact, as\n"
+    "# `sparkctl bootstrap` meets it); this machine's own host key.\n"
     "HostKey /etc/ssh/ssh_host_ed25519_key\n"
-    "PermitRootLogin prohibit-password\n"
-    "PasswordAuthentication no\n"
+    "PermitRootLogin yes\n"
+    "PasswordAuthentication yes\n"
     "KbdInteractiveAuthentication no\n"
     "UseDNS no\n"
     "MaxStartups 100:30:200\n"
@@ -205,7 +210,11 @@ def prepare_machine(machine: str, controller_pub: str) -> None:
     )
     _write_if_missing(u / "etc/machine-id", uuid.uuid4().hex + "\n", 0o444)
     _write_if_missing(u / "etc/netplan/10-sparkctl-lab-mgmt.yaml", _mgmt_netplan(machine), 0o600)
-    _write_if_missing(u / "etc/ssh/sshd_config.d/10-sparkctl-lab.conf", SSHD_LAB_CONF)
+    # The lab's own file (no role touches it): rewritten at every power on, so a machine kept across
+    # a change of it gets the new one.
+    sshd_conf = u / SSHD_LAB_CONF_PATH.lstrip("/")
+    sshd_conf.parent.mkdir(parents=True, exist_ok=True)
+    sshd_conf.write_text(SSHD_LAB_CONF)
     key = u / "etc/ssh/ssh_host_ed25519_key"
     if not key.exists():
         key.parent.mkdir(parents=True, exist_ok=True)
@@ -224,6 +233,23 @@ def prepare_machine(machine: str, controller_pub: str) -> None:
             + "\n"
         )
     os.chmod(auth, 0o600)
+
+
+SSHD_LAB_CONF_PATH = "/etc/ssh/sshd_config.d/10-sparkctl-lab.conf"
+# Puts stdin in place of the lab's sshd configuration and reloads sshd, unless it is already that
+# (a machine booted by an older lab keeps running with the configuration it booted with).
+_SSHD_CONF_SYNC = (f'f={SSHD_LAB_CONF_PATH}; t=$(mktemp "$f.XXXXXX"); cat > "$t"; '
+                   'if cmp -s "$t" "$f"; then rm -f "$t"; '
+                   'else chmod 644 "$t" && mv "$t" "$f" && systemctl reload-or-restart ssh.service; fi')
+
+
+def set_root_password(machine: str, st: state.LabState) -> None:
+    """root's password in a booted Spark: the lab's (``state.root_password_file``), through
+    ``chpasswd`` on stdin, so it lands in the machine's overlay and never in the cached rootfs or in
+    an argv; and sshd's configuration that takes it (``SSHD_LAB_CONF``)."""
+    password = state.root_password_file().read_text().strip()
+    host.run(node_argv(machine, ["chpasswd"], st), input=f"root:{password}\n", timeout=60)
+    host.run(node_argv(machine, ["sh", "-c", _SSHD_CONF_SYNC], st), input=SSHD_LAB_CONF, timeout=60)
 
 
 def host_public_key(machine: str) -> str:
@@ -321,7 +347,8 @@ def _spawn(machine: str, rootfs_dir: Path) -> tuple[int, int | None]:
             env={"PATH": NODE_ENV["PATH"], "LANG": "C.UTF-8", "SYSTEMD_LOG_COLOR": "0"},
             check=True,
         )
-    if not host.wait_until(lambda: pidfile.exists() and pidfile.read_text().strip().isdigit(), 10):
+    started = lambda: pidfile.exists() and pidfile.read_text().strip().isdigit()  # noqa: E731
+    if not host.wait_until(started, START_TIMEOUT_S):
         raise SparkctlError(f"{machine}: systemd-nspawn did not start", hint=f"see {p.console_log}")
     pid = int(pidfile.read_text().strip())
     pidfile.unlink(missing_ok=True)
@@ -395,7 +422,7 @@ def system_state(machine: str, st: state.LabState | None, wait: bool = False) ->
 
 
 def wait_booted(machine: str, st: state.LabState) -> str:
-    if not host.wait_until(lambda: init_pid(machine, st) is not None, 15):
+    if not host.wait_until(lambda: init_pid(machine, st) is not None, START_TIMEOUT_S):
         raise SparkctlError(
             f"{machine} did not boot (no init process)", hint=f"see {state.paths(machine).console_log}"
         )

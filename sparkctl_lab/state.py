@@ -48,6 +48,12 @@ def api_key_file() -> Path:
     return lab_dir() / "api_key"
 
 
+def root_password_file() -> Path:
+    """The Sparks' root password (0600), random per lab: with it a node answers a password login as
+    a fresh DGX OS box does, for `sparkctl bootstrap` (key login as root works as well)."""
+    return lab_dir() / "root_password"
+
+
 def checkpoint_dir() -> Path:
     """Default controller-side checkpoint source for the lab (filled by stage tests; never removed)."""
     return lab_dir() / "checkpoint"
@@ -111,6 +117,9 @@ class MachineState:
 class LabState:
     version: int = STATE_VERSION
     rootfs: str = ""
+    # The shape the lab is up in (topology.SHAPES): `down`, `status`, the chaos hooks act on its
+    # machines. A state file written before shapes existed is the four-node lab's.
+    shape: str = topo.DEFAULT_SHAPE
     inventory_dir: str = ""  # the inventory the last `up` wrote
     # Inventories an earlier `up` wrote elsewhere while the lab kept running (another clone or
     # session on this host, `-i DIR`): still valid, and the session using one may still be
@@ -137,6 +146,7 @@ class LabState:
         return cls(
             version=int(data.get("version", 0)),
             rootfs=str(data.get("rootfs", "")),
+            shape=str(data.get("shape") or topo.DEFAULT_SHAPE),
             inventory_dir=str(data.get("inventory_dir", "")),
             other_inventories=[str(d) for d in data.get("other_inventories") or []],
             machines=machines,
@@ -144,10 +154,13 @@ class LabState:
 
 
 def load() -> LabState | None:
-    """The recorded state, or None when there is none (or it is unreadable: treated as a crash)."""
+    """The recorded state, or None when there is none (or it is unreadable: treated as a crash).
+    A recorded state makes its shape the one ``topology`` answers for in this process."""
     try:
         data = json.loads(state_file().read_text())
         st = LabState.from_dict(data)
+        if st.version == STATE_VERSION:
+            topo.use_shape(st.shape)
     except (OSError, ValueError, TypeError):
         return None
     return st if st.version == STATE_VERSION else None

@@ -1,5 +1,6 @@
 """The lab's cables: network namespaces, the management bridge, the fabric veth pairs through the
-switch machine, and powering a machine's links with it (as described in ``topology``)."""
+switch machine (its bridges are the shape's segments), and powering a machine's links with it (as
+described in ``topology``)."""
 
 from __future__ import annotations
 
@@ -78,17 +79,20 @@ def ensure_mgmt_link(machine: str) -> bool:
 
 
 def ensure_switch_fabric() -> None:
+    """The shape's bridges inside lab-switch: br-fabric on a switch, one per cable on a cabled shape."""
     ns = topo.netns(topo.SWITCH_NAME)
-    if not host.link_exists(topo.FABRIC_BRIDGE, ns):
-        host.run(["ip", "-n", ns, "link", "add", topo.FABRIC_BRIDGE, "type", "bridge", "stp_state", "0"])
-        host.run(["ip", "-n", ns, "link", "set", topo.FABRIC_BRIDGE, "mtu", str(topo.SWITCH_PORT_MTU), "up"])
+    for bridge in topo.segments():
+        if not host.link_exists(bridge, ns):
+            host.run(["ip", "-n", ns, "link", "add", bridge, "type", "bridge", "stp_state", "0"])
+            host.run(["ip", "-n", ns, "link", "set", bridge, "mtu", str(topo.SWITCH_PORT_MTU), "up"])
 
 
 def ensure_fabric_links(node: str) -> bool:
-    """Both fabric veths of a node: netdev inside the node, switch port inside lab-switch."""
+    """Every fabric veth of a node: netdev inside the node, switch port inside lab-switch, on the
+    bridge of its segment (the shared fabric, or its cable's)."""
     sw, ns = topo.netns(topo.SWITCH_NAME), topo.netns(node)
     created = False
-    for h in topo.HALVES:
+    for h in topo.fabric_ports():
         port = topo.switch_port(node, h)
         if host.link_exists(h.netdev, ns) and host.link_exists(port, sw):
             continue
@@ -117,7 +121,7 @@ def ensure_fabric_links(node: str) -> bool:
         )
         # Switch ports start above the host MTU; only set on creation so `lab mtu` sticks.
         host.run(["ip", "-n", sw, "link", "set", port, "mtu", str(topo.SWITCH_PORT_MTU)])
-        host.run(["ip", "-n", sw, "link", "set", port, "master", topo.FABRIC_BRIDGE, "up"])
+        host.run(["ip", "-n", sw, "link", "set", port, "master", topo.segment_of(node, h), "up"])
         host.run(["ip", "-n", ns, "link", "set", h.netdev, "up"])
         created = True
     return created
@@ -126,7 +130,7 @@ def ensure_fabric_links(node: str) -> bool:
 def _machine_links(machine: str) -> list[str]:
     if machine == topo.SWITCH_NAME:
         return [topo.SWITCH_MGMT_IFACE]
-    return [topo.MGMT_IFACE, *(h.netdev for h in topo.HALVES)]
+    return [topo.MGMT_IFACE, *(h.netdev for h in topo.fabric_ports())]
 
 
 def power_links(machine: str, up: bool) -> None:

@@ -1,9 +1,12 @@
 """What the simulator "sees" in an image: its size, and for PNGs the shapes drawn on the background.
 
 PNG is decoded with zlib (all five row filters; grey, grey+alpha, RGB, RGBA and palette images at
-8 bits per sample, not interlaced). Shapes are found left to right as runs of columns holding
-non-background pixels; each run gets the colour name nearest to its median pixel and a shape name
-from how much of its bounding box it fills (square/rectangle ≈ 1, circle/ellipse ≈ π/4, triangle ≈ ½).
+8 bits per sample, not interlaced). The inked rows fall into bands separated by blank rows; in each
+band, shapes are found left to right as runs of columns holding non-background pixels; each run gets
+the colour name nearest to its median pixel and a shape name from how much of its bounding box it
+fills (square/rectangle ≈ 1, circle/ellipse ≈ π/4, triangle ≈ ½). A published probe image (known by
+the SHA-256 of its bytes, ``probes``) has its code printed in the top band: the simulator takes the
+code from the probe file and reads the shapes from the bands below it.
 JPEG and GIF give their size only. Remote URLs are not fetched (the simulator has no network).
 """
 
@@ -11,9 +14,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from sparkctl_sim import probes
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MAX_PIXELS = 4_000_000
@@ -64,6 +71,7 @@ class ImageInfo:
     background: str | None = None
     shapes: list[Shape] = field(default_factory=list)
     note: str | None = None
+    code: str | None = None  # the printed code of a recognised probe image
 
     @property
     def colours(self) -> list[str]:
@@ -72,6 +80,8 @@ class ImageInfo:
     def describe(self) -> str:
         size = f"{self.width}x{self.height} " if self.width is not None else ""
         head = f"Image {self.index}: {size}{self.fmt}"
+        if self.code:
+            head += f", printed code {self.code}"
         if self.note:
             return f"{head} ({self.note})."
         if not self.shapes:
@@ -204,6 +214,7 @@ def _kind(fill: float, w: int, h: int) -> str:
 def analyse_png(data: bytes, index: int) -> ImageInfo:
     width, height, rows = decode_png(data)
     info = ImageInfo(index=index, fmt="PNG", width=width, height=height)
+    info.code = probes.printed_codes().get(hashlib.sha256(data).hexdigest())
     if not width or not height:
         return info
     corners = [rows[0][0], rows[0][-1], rows[-1][0], rows[-1][-1]]
@@ -211,9 +222,31 @@ def analyse_png(data: bytes, index: int) -> ImageInfo:
     info.background = colour_name(bg)
 
     def inked(px: tuple[int, int, int]) -> bool:
-        return sum(abs(a - b) for a, b in zip(px, bg, strict=True)) > 60
+        return px != bg and sum(abs(a - b) for a, b in zip(px, bg, strict=True)) > 60
 
-    columns = [[y for y in range(height) if inked(rows[y][x])] for x in range(width)]
+    ink_rows = [any(inked(px) for px in row) for row in rows]
+    bands: list[tuple[int, int]] = []
+    y = 0
+    while y < height:
+        if not ink_rows[y]:
+            y += 1
+            continue
+        y0 = y
+        while y < height and ink_rows[y]:
+            y += 1
+        bands.append((y0, y))
+    if info.code is not None and bands:
+        bands = bands[1:]  # the printed code is the top band
+    for y0, y1 in bands:
+        info.shapes += _shapes_in(rows, y0, y1, width, height, inked)
+    return info
+
+
+def _shapes_in(rows: list[list[tuple[int, int, int]]], top: int, bottom: int, width: int, height: int,
+               inked: Callable[[tuple[int, int, int]], bool]) -> list[Shape]:
+    """The shapes in rows ``top``..``bottom``, left to right (runs of inked columns)."""
+    columns = [[y for y in range(top, bottom) if inked(rows[y][x])] for x in range(width)]
+    shapes = []
     x = 0
     while x < width:
         if not columns[x]:
@@ -228,12 +261,12 @@ def analyse_png(data: bytes, index: int) -> ImageInfo:
         box_area = (x - x0) * (y1 - y0)
         if len(pixels) < max(4, width * height // 2000):
             continue  # specks and anti-aliasing noise
-        info.shapes.append(
+        shapes.append(
             Shape(
                 _kind(len(pixels) / box_area, x - x0, y1 - y0), colour_name(_median(pixels)), (x0, y0, x, y1)
             )
         )
-    return info
+    return shapes
 
 
 def _jpeg_size(data: bytes) -> tuple[int, int] | None:

@@ -14,6 +14,13 @@ it serves anything, and logs the same markers while it "loads":
   recorded size with a header that matches its entry;
 - ``<--model-path>/config.json`` is a readable JSON object.
 
+A resident-Engram rank (``SGLANG8_RESIDENT_PROFILE=1``, SG17's hook set: the Engram tables live in
+unified memory) has no packed directory, and SG17's launcher (R8 ``sglang/runtime/launch.py``)
+asks for none: it checks the checkpoint's config and the image's SGLang commit. What the hook set
+itself refuses at model load (R8 ``sglang/adapter/resident_engram.py``: "SGLang8 requires TP8 and
+native device-resident Engram shards") is checked instead: ``--tp-size`` 8 and no Engram host
+table (``SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE`` not 1). ``DSV41_PACKED_DIR`` is not read.
+
 Then the kit's stage-time build products, which R4's Engram backend needs at import (and R4's
 launcher checks): ``KIT_DIR/adapter/librow_store.so`` hashes to ``row_store_library_sha256`` of
 ``KIT_DIR/row-store-build.json``, and ``KIT_DIR/b12x/`` holds every file of
@@ -23,8 +30,13 @@ product logs one line per file and the rank exits 1, as a failed import ends a r
 Markers, in the shapes R4's ``scripts/cluster.py`` parses: ``ROCE_TP4_READY {rank, world_size}``
 and a ``ROCE_TP4_ROUTE rank=… dtype=… bytes=…`` line once the group formed (unless
 ``SGLANG4_ROCE_ALLREDUCE=0``), then one ``NVME_ENGRAM_READY {json}`` per packed layer and one
-``DSPARK_MOE_LAYOUT {target, draft}`` line. Every line goes through the simulator's log, so it
-still says it comes from the simulator.
+``DSPARK_MOE_LAYOUT {target, draft}`` line. With SG17's switch (``SGLANG8_ROCE_ALLREDUCE=1``) the
+route is SG17's eight-rank one instead (R8 ``sglang/experiments/sg17-rocenante`` pynccl overlay):
+``ROCE_TP8_READY {json}`` and ``ROCE_TP8_ROUTE …`` once the group formed, and
+``ROCE_POST_RESULT_HEALTH {json}`` once the rank has loaded (the overlay logs it after the first
+result it checks; the simulator runs no forward pass on a worker, so it logs it when the rank is
+ready for one). A world size other than 8 fails the check, as the overlay raises. Every line goes
+through the simulator's log, so it still says it comes from the simulator.
 
 Only file names and formats are shared with the product (the DSV41EN1 header and manifest); this
 module is standard library only and imports nothing of sparkctl.
@@ -68,6 +80,13 @@ MOE_INTERMEDIATE, HIDDEN = 2304, 5120
 MOE_METHODS = {"flashinfer_mxfp4": "Mxfp4FlashinferCutlassMoEMethod"}
 # A 5-token, 8-request decode all-reduce in BF16: the payload the RoCE route logs first.
 ROCE_ROUTE_BYTES = 409_600
+# SG17's switches (R8 sglang/experiments/sg17-rocenante/configuration.py environment()): the
+# resident-Engram hook set, and RoCEnante on the global eight-rank TP group.
+RESIDENT_SWITCH = "SGLANG8_RESIDENT_PROFILE"
+RESIDENT_TP = 8
+HOST_TABLE_SWITCH = "SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE"
+ROCE8_SWITCH = "SGLANG8_ROCE_ALLREDUCE"
+ROCE8_WORLD = 8
 
 
 class KitCheckFailed(Exception):
@@ -101,15 +120,22 @@ class KitReport:
     packed_manifest: str = ""
     shards: list[PackedShard] = field(default_factory=list)
     model_config: str = ""
+    # "packed" (DSV41_PACKED_DIR's shards) or "resident" (SGLANG8_RESIDENT_PROFILE=1: no shards).
+    engram: str = "packed"
 
     def summary(self) -> str:
         """One log line listing what was checked (it names no marker, so gates count markers only)."""
-        shards = ", ".join(s.name for s in self.shards)
+        if self.engram == "resident":
+            engram = (f"resident Engram ({RESIDENT_SWITCH}=1): tp_size {RESIDENT_TP}, no host table, "
+                      "no packed directory")
+        else:
+            shards = ", ".join(s.name for s in self.shards)
+            manifest = os.path.basename(self.packed_manifest)
+            engram = f"packed Engram in {self.packed_dir}: {manifest} + {shards}"
         return (
             f"simulated kit launcher checks passed: kit {self.kit_dir}; manifest {self.manifest} "
             f"({len(self.overlays)} overlays at {self.target}, after_sha256 each); adapters on "
-            f"PYTHONPATH: {', '.join(self.adapters) or 'none declared'}; packed Engram in "
-            f"{self.packed_dir}: {os.path.basename(self.packed_manifest)} + {shards}; "
+            f"PYTHONPATH: {', '.join(self.adapters) or 'none declared'}; {engram}; "
             f"model config {self.model_config}"
         )
 
@@ -120,6 +146,7 @@ class KitReport:
             "target": self.target,
             "overlays": list(self.overlays),
             "adapters": list(self.adapters),
+            "engram": self.engram,
             "packed_dir": self.packed_dir,
             "packed_files": [s.name for s in self.shards],
             "model_config": self.model_config,
@@ -287,7 +314,10 @@ def check_kit(knobs: Knobs, cfg: ServerConfig, env: Mapping[str, str]) -> KitRep
     problems += _check_adapters(kit_dir, knobs.kit_adapters, env)
     report.adapters = [os.path.join(kit_dir, a) for a in knobs.kit_adapters]
     packed_dir = env.get("DSV41_PACKED_DIR", "").strip()
-    if not packed_dir:
+    if resident_engram(env):
+        report.engram = "resident"
+        problems += _check_resident(cfg, env)
+    elif not packed_dir:
         problems.append("packed Engram: DSV41_PACKED_DIR is not set")
     else:
         report.packed_dir = packed_dir
@@ -297,9 +327,30 @@ def check_kit(knobs: Knobs, cfg: ServerConfig, env: Mapping[str, str]) -> KitRep
         problems += more
     report.model_config, more = _check_model_config(cfg["model_path"])
     problems += more
+    if roce8_enabled(env) and int(cfg["tp_size"]) != ROCE8_WORLD:
+        problems.append(f"RoCEnante: {ROCE8_SWITCH}=1 needs the eight-rank TP group, this rank's "
+                        f"tp_size is {cfg['tp_size']} (SG17's overlay raises at group creation)")
     if problems:
         raise KitCheckFailed(problems)
     return report
+
+
+def resident_engram(env: Mapping[str, str]) -> bool:
+    """SG17's resident-Engram hook set is on (its sitecustomize installs it only at exactly "1")."""
+    return env.get(RESIDENT_SWITCH, "").strip() == "1"
+
+
+def _check_resident(cfg: ServerConfig, env: Mapping[str, str]) -> list[str]:
+    """What the resident hook set refuses at model load: another TP size, or an Engram host table."""
+    problems = []
+    tp = int(cfg["tp_size"])
+    if tp != RESIDENT_TP:
+        problems.append(f"resident Engram: {RESIDENT_SWITCH}=1 needs --tp-size {RESIDENT_TP} (owned-row "
+                        f"shards of the eight-rank group), this rank has {tp}")
+    if env.get(HOST_TABLE_SWITCH, "").strip() == "1":
+        problems.append(f"resident Engram: {HOST_TABLE_SWITCH}=1 puts the tables in a host table; "
+                        f"{RESIDENT_SWITCH}=1 needs them device-resident (set it to 0)")
+    return problems
 
 
 # -- build products ---------------------------------------------------------------------------
@@ -387,15 +438,33 @@ def roce_enabled(env: Mapping[str, str]) -> bool:
     return env.get("SGLANG4_ROCE_ALLREDUCE", "").strip() != "0"
 
 
+def roce8_enabled(env: Mapping[str, str]) -> bool:
+    """SG17's pynccl overlay routes over RoCEnante only at exactly SGLANG8_ROCE_ALLREDUCE=1."""
+    return env.get(ROCE8_SWITCH, "").strip() == "1"
+
+
 def roce_markers(cfg: ServerConfig, env: Mapping[str, str]) -> list[str]:
     """Logged once the TP group formed (the overlay builds its all-reduce on the TP group)."""
+    rank, world = cfg.node_rank, int(cfg["tp_size"])
+    if roce8_enabled(env):
+        return [
+            "ROCE_TP8_READY " + _dump({"rank": rank, "world_size": world}),
+            f"ROCE_TP8_ROUTE rank={rank} dtype=torch.bfloat16 bytes={ROCE_ROUTE_BYTES}",
+        ]
     if not roce_enabled(env):
         return []
-    rank, world = cfg.node_rank, int(cfg["tp_size"])
     return [
         "ROCE_TP4_READY " + _dump({"rank": rank, "world_size": world}),
         f"ROCE_TP4_ROUTE rank={rank} dtype=torch.bfloat16 bytes={ROCE_ROUTE_BYTES}",
     ]
+
+
+def post_result_markers(cfg: ServerConfig, env: Mapping[str, str]) -> list[str]:
+    """SG17's result-boundary health check, once per rank (nothing without its RoCE switch)."""
+    if not roce8_enabled(env):
+        return []
+    return ["ROCE_POST_RESULT_HEALTH " + _dump({"rank": cfg.node_rank, "world_size": int(cfg["tp_size"]),
+                                                "healthy": True})]
 
 
 def _env_number(env: Mapping[str, str], name: str) -> float:

@@ -19,6 +19,7 @@ FAULTS = (
     "no-tool-call",
     "lose-needle",
     "blind",
+    "misread-code",
     "garbage-at-batch",
     "never-ready",
 )

@@ -9,7 +9,8 @@ Given a chat request it answers, in this order of precedence:
 4. a needle question ("What is the secret passphrase?", "Return the three recorded values …")
    answered from facts planted anywhere in the conversation;
 5. integer arithmetic after a question cue ("What is 37*41?" → ``1517``), parsed without eval;
-6. images: what it sees in each (count, size, shapes and colours left to right);
+6. images: what it sees in each (count, size, shapes and colours left to right), and the printed
+   code of a probe image it recognises ("read the printed code": the codes, or the object asked for);
 7. otherwise deterministic pseudo-text of exactly the token budget (for benchmarks).
 Temperature and seeds are ignored: the same request always gets the same answer (unless the
 ``unstable-output`` fault is set). ``ignore_eos`` pads any answer with pseudo-text up to max_tokens.
@@ -312,6 +313,14 @@ class Responder:
         if not seen:
             return "I do not see any image."
         text = prompt.user_text.lower()
+        if "printed code" in text:
+            codes = [self._read_code(info) for info in seen]
+            if "json object" in text:
+                return json.dumps(self._code_and_shapes(prompt.user_text, seen[0], codes[0]))
+            if "json" in text and "array" in text:
+                return json.dumps(codes)
+            return " ".join(f"Image {info.index}: {code or 'no printed code I can read'}."
+                            for info, code in zip(seen, codes, strict=True))
         if "json" in text and "array" in text:
             if len(seen) == 1:
                 return json.dumps(seen[0].colours)
@@ -319,6 +328,36 @@ class Responder:
         n = len(seen)
         head = f"I see {n} image{'s' if n != 1 else ''}."
         return " ".join([head, *(info.describe() for info in seen)])
+
+    def _read_code(self, info: images.ImageInfo) -> str | None:
+        """The printed code as read; the ``misread-code`` fault gets its last digit wrong."""
+        code = info.code
+        if code and self.knobs.has("misread-code"):
+            digits = [i for i, ch in enumerate(code) if ch.isdigit()]
+            if digits:
+                at = digits[-1]
+                code = code[:at] + str((int(code[at]) + 1) % 10) + code[at + 1 :]
+        return code
+
+    @staticmethod
+    def _code_and_shapes(question: str, info: images.ImageInfo, code: str | None) -> dict[str, str]:
+        """The object a "read the code and name the shapes" question asks for, keyed as it asks.
+
+        Keys are the quoted names in the question: one naming the code gets the code, one naming
+        left/right (or first/last) gets that shape as "<colour> <shape>".
+        """
+        keys = [k for k in re.findall(r'"([A-Za-z_][\w]*)"', question) if " " not in k]
+        shapes = [f"{s.colour} {s.kind}" for s in info.shapes]
+        out: dict[str, str] = {}
+        for key in dict.fromkeys(keys):
+            name = key.lower()
+            if "code" in name:
+                out[key] = code or ""
+            elif shapes and ("left" in name or "first" in name):
+                out[key] = shapes[0]
+            elif shapes and ("right" in name or "last" in name):
+                out[key] = shapes[-1]
+        return out
 
     @staticmethod
     def _break_json(value: Any) -> str:

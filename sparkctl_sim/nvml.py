@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from collections import namedtuple
 from typing import Any
@@ -34,6 +35,10 @@ IDLE_CLOCK_RATIO = 0.4
 OVERRIDE_FILE = "/run/sparkctl-sim/nvml.json"
 OVERRIDE_ENV = "SPARKCTL_SIM_NVML_FILE"
 OVERRIDE_KEYS = ("temp_c", "sm_clock_ratio", "util_pct", "power_w")
+# Where every reading is noted (time, pid, the reader's argv[0]) while the file exists: the lab's
+# tests hold the node's own record of GPU queries against bench's timed windows.
+CALL_LOG = "/run/sparkctl-sim/nvml-calls.log"
+CALL_LOG_ENV = "SPARKCTL_SIM_NVML_CALL_LOG"
 
 Utilization = namedtuple("Utilization", ["gpu", "memory"])
 
@@ -96,7 +101,16 @@ def nvmlDeviceGetName(handle: int) -> str:
     return NAME
 
 
+def note_call() -> None:
+    """Append one line to the call log when it exists (nothing otherwise)."""
+    path = os.environ.get(CALL_LOG_ENV, CALL_LOG)
+    if os.path.exists(path):
+        with open(path, "a") as log:
+            log.write(f"{time.time():.3f} {os.getpid()} {sys.argv[0] or '-'}\n")
+
+
 def nvmlDeviceGetTemperature(handle: int, sensor: int) -> int:
+    note_call()
     pinned = overrides().get("temp_c")
     if pinned is not None:
         return round(pinned)

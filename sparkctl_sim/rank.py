@@ -32,6 +32,7 @@ from sparkctl_sim.kit import (
     check_kit,
     engram_markers,
     moe_layout_marker,
+    post_result_markers,
     roce_markers,
 )
 from sparkctl_sim.knobs import KNOBS, Knobs, load_knobs
@@ -146,7 +147,8 @@ class RankProcess:
         self._hold_memory()
         time.sleep(self.knobs.boot_delay_s)
         if self.kit is not None:
-            for line in [*engram_markers(self.kit, self.cfg, os.environ), moe_layout_marker(self.cfg)]:
+            for line in [*engram_markers(self.kit, self.cfg, os.environ), moe_layout_marker(self.cfg),
+                         *post_result_markers(self.cfg, os.environ)]:
                 self.log.info(line)
         self.log.info(f"Load weight end. (simulated, {self.knobs.boot_delay_s:g} s)")
         self.booted.set()

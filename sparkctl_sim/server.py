@@ -307,13 +307,19 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, rank.metrics_text().encode(), "text/plain; version=0.0.4")
 
     def _loads(self) -> None:
+        # SGLang's shape: one entry per data-parallel rank under "loads" (what R4's repeat client
+        # reads before and after a suite: every entry's running and waiting counts at zero), and
+        # the same counts flat for one engine.
         sched = self.server.rank.sched
+        entry = {"dp_rank": 0, "num_running_reqs": sched.running, "num_waiting_reqs": sched.waiting}
         self._json(
             200,
             {
                 "num_running_reqs": sched.running,
                 "num_waiting_reqs": sched.waiting,
                 "max_running_requests": sched.max_running,
+                "dp_rank_count": 1,
+                "loads": [entry],
                 "simulator": True,
             },
         )

@@ -6,10 +6,16 @@ loaded with sparkctl's own model (`sparkctl.model.load_inventory`) and rendered 
 
   spark hosts:  sparkctl_rendered = that node's entry of `sparkctl plan --json` (files, file_modes,
                 rank_launch, nccl_check, fabric, ssh_port, ...), sparkctl_cluster = the cluster's
-                facts (`sparkctl.render.cluster_facts`, the same dict `validate --json` prints)
+                facts (`sparkctl.render.cluster_facts`, the same dict `validate --json` prints),
+                sparkctl_group = the node's serving group (`sparkctl.render.groups.node_group`:
+                name, serving, rank in the group, the group's tp_size, engram, profile, head)
   switch host:  sparkctl_rendered = {type, name, file, switch_config, ssh_port}, sparkctl_cluster
   every host:   ansible_port = the SSH port the model resolved (Node.ssh_port / Switch.ssh_port), so
                 Ansible connects on the port the firewall opens and the roles' own ssh/rsync use;
+                ansible_ssh_common_args / _extra_args / ansible_ssh_private_key_file with every
+                relative file (UserKnownHostsFile, IdentityFile, -i, -F, the key file) made absolute
+                from the inventory directory (`sparkctl.model.sshconfig.controller_path`), as
+                sparkctl's own SSH reads them, whatever directory ansible-playbook runs in;
                 sparkctl_state_dir = the controller's state directory
                 (`sparkctl.ansible.content.state_dir`: $SPARKCTL_STATE_DIR, else the per-user one),
                 under which the roles keep their controller-side caches and backups
@@ -106,6 +112,9 @@ def _rendered(inv: Path):
         per_host[entry["name"]] = {
             "sparkctl_rendered": entry,
             "sparkctl_cluster": facts,
+            # The group this node serves in: its rank there and the group's TP (Engram shards,
+            # start waves); a spare node's says serving false.
+            "sparkctl_group": render.groups.node_group(cluster, cluster.node(entry["name"])),
             # The port the model resolved (ansible_ssh_port, ansible_port, ssh arguments, the
             # inventory's ssh_config...) and the firewall opens: Ansible connects on exactly it.
             "ansible_port": entry["ssh_port"],
@@ -150,5 +159,46 @@ class VarsModule(BaseVarsPlugin):
         data = {}
         for host in hosts:
             data.update(per_host.get(host.name, {}))
+            data.update(_absolute_files(loader, path, host, inv))
         data["sparkctl_state_dir"] = _state_dir()
         return data
+
+
+_ARG_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")
+_KEY_VARS = ("ansible_ssh_private_key_file", "ansible_private_key_file")
+
+
+def _effective(loader, path, host, key):
+    """``key`` as Ansible resolves it for ``host`` from the inventory: its groups' variables (hosts
+    file, then group_vars/), shallow to deep, then the host's own (hosts file, then host_vars/)."""
+    from ansible.inventory.helpers import sort_groups
+    from ansible.plugins.vars.host_group_vars import VarsModule as Files
+
+    files = Files()
+    value = None
+    levels = [(g.get_vars, g) for g in sort_groups(host.get_groups())] + [(lambda: host.vars, host)]
+    for inline, entity in levels:
+        for found in (inline(), files.get_vars(loader, path, [entity])):
+            if found.get(key) is not None:
+                value = found[key]
+    return value
+
+
+def _absolute_files(loader, path, host, inv: Path):
+    """The connection variables of ``host`` whose files are relative, made absolute (see above)."""
+    _sparkctl()
+    from sparkctl.model import sshconfig
+
+    out = {}
+    for key in _ARG_VARS:
+        value = _effective(loader, path, host, key)
+        fixed = sshconfig.absolute_ssh_args(str(value), inv) if isinstance(value, str) else None
+        if fixed is not None:
+            out[key] = fixed
+    for key in _KEY_VARS:
+        value = _effective(loader, path, host, key)
+        if isinstance(value, str) and value.strip() and "{{" not in value:
+            resolved = str(sshconfig.controller_path(value.strip(), inv))
+            if resolved != value:
+                out[key] = resolved
+    return out

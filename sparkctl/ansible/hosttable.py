@@ -115,7 +115,7 @@ class HostTable:
                 return
             row.failed += 1
             row.state = "failed"
-            row.msg = f"{ev.task}: {ev.msg}"
+            row.msg = ev.task or ""  # the task; why is printed once, one line per node, after the run
         elif ev.kind == runner.UNREACHABLE:
             row.failed += 1
             row.state = "unreachable"
@@ -129,11 +129,11 @@ class HostTable:
         title = f"{self.title} · {self.play}" if self.play else self.title
         table = Table(title=f"{title} · {elapsed:.0f}s", title_justify="left", expand=False)
         table.add_column("host", style="bold")
-        table.add_column("task", overflow="ellipsis", no_wrap=True, max_width=56)
+        table.add_column("task", overflow="fold", max_width=56)  # wraps at words, never cut
         table.add_column("ok", justify="right")
         table.add_column("changed", justify="right")
         table.add_column("failed", justify="right")
-        for host in sorted(self.rows):
+        for host in self.rows:  # in the order given (rank order); hosts the run adds come after
             row = self.rows[host]
             table.add_row(
                 host,
@@ -147,7 +147,7 @@ class HostTable:
 
 def _state_text(row: _Row) -> Text:
     if row.state == "failed":
-        return Text("⨯ " + row.msg, style="red")
+        return Text("⨯ failed in " + row.msg, style="red")
     if row.state == "unreachable":
         return Text("⨯ unreachable", style="red")
     if row.state == "done":
@@ -199,7 +199,8 @@ def print_summary(
     for col in ("ok", "changed", "failed", "unreachable", "skipped"):
         summary.add_column(col, justify="right")
     failed_hosts = set(result.failed_hosts)
-    for host in sorted(result.stats):
+    order = [h for h in (table.rows if table is not None else ()) if h in result.stats]
+    for host in order + sorted(set(result.stats) - set(order)):  # the table's (rank) order
         s = result.stats[host]
         mark = ui.FAIL if host in failed_hosts or not s.healthy else ui.OK
         summary.add_row(
@@ -212,9 +213,6 @@ def print_summary(
             str(s.skipped),
         )
     con.print(summary)
-    for f in result.failures:
-        what = "unreachable" if f.unreachable else "failed"
-        con.print(
-            Text.assemble(("⨯ ", "red"), (f.host, "bold"), f" {what}: ", (f.task, "italic"), f": {f.msg}")
-        )
+    # The failures themselves are printed once, one line per node in rank order, by the error the
+    # verb raises (sparkctl.ansible.failures.error_for): not here, and not as they happen.
     con.print(f"[dim]artifacts: {result.artifact_dir}[/dim]")

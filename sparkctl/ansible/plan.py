@@ -33,18 +33,23 @@ class Plan:
 
     def argv(self) -> list[str]:
         """The equivalent manual command, for logs and for `--verbose`."""
-        cmd = ["ansible-playbook", "-i", str(self.inventory), f"playbooks/{self.playbook}"]
+        return ["ansible-playbook", "-i", str(self.inventory), f"playbooks/{self.playbook}", *self.options()]
+
+    def options(self) -> list[str]:
+        """ansible-playbook's options for the limit, tags, check and diff of this plan (the short
+        form above and ``command.for_plan``'s runnable line both end with them)."""
+        opts: list[str] = []
         if self.limit:
-            cmd += ["--limit", self.limit]
+            opts += ["--limit", self.limit]
         if self.tags:
-            cmd += ["--tags", ",".join(self.tags)]
+            opts += ["--tags", ",".join(self.tags)]
         if self.skip_tags:
-            cmd += ["--skip-tags", ",".join(self.skip_tags)]
+            opts += ["--skip-tags", ",".join(self.skip_tags)]
         if self.check:
-            cmd.append("--check")
+            opts.append("--check")
         if self.diff:
-            cmd.append("--diff")
-        return cmd
+            opts.append("--diff")
+        return opts
 
 
 def secret_env_names(cluster: Cluster) -> tuple[str, ...]:
@@ -205,7 +210,7 @@ def for_upgrade(cluster: Cluster, *, check: bool = False) -> Plan:
         raise InputError(
             "upgrade: the inventory pins no upgrade (sparkctl_upgrade is not set); nothing was touched",
             hint="add sparkctl_upgrade (packages with exact versions, debs, commands, reboot) to "
-                 "group_vars/all/sparkctl.yml; inventory/example documents it",
+                 "group_vars/all/sparkctl.yml; the example site documents it (`sparkctl init --example DIR`)",
         )
     return _plan(cluster, playbook="upgrade.yml", check=check, diff=check)
 

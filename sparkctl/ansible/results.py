@@ -21,6 +21,9 @@ KIT = "sparkctl_kit"
 IMAGE = "sparkctl_image"
 # playbooks/provision.yml: per node {role: {run, reasons}} (spark_applied: which roles were up to date).
 APPLIED = "sparkctl_applied"
+# playbooks/provision.yml: per node {path, roles: {role: {inputs, state, trees}}} (spark_applied: what
+# the decision was made from; `provision` keeps it for its fast path, sparkctl/serve/provfast.py).
+APPLIED_SPECS = "sparkctl_applied_specs"
 # playbooks/check_fabric.yml: per node the fabric probe (spark_fabric's sparkctl_fabric_probe result).
 FABRIC_PROBE = "sparkctl_fabric_probe"
 # playbooks/check_fabric.yml: per switch the "PORT MTU" lines it read (Linux switch; empty elsewhere).

@@ -32,13 +32,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import ansible_runner
-
-from sparkctl.ansible import content
+from sparkctl.ansible import command as playbook_command
+from sparkctl.ansible import content, failures
+from sparkctl.ansible.failures import Failure
 from sparkctl.ansible.plan import Plan
 from sparkctl.errors import SparkctlError
 from sparkctl.model import secretenv
-from sparkctl.model.vault import vault_password_files
 
 # Event kinds handed to ``on_event`` (a small, stable vocabulary over ansible-runner's events).
 PLAY = "play"            # a play starts: .task holds the play name, .hosts the hosts it targets
@@ -101,18 +100,6 @@ class HostStats:
         }
 
 
-@dataclass(frozen=True)
-class Failure:
-    host: str
-    task: str
-    msg: str
-    unreachable: bool = False
-
-    def __str__(self) -> str:
-        what = "unreachable" if self.unreachable else "failed"
-        return f"{self.host}: {what} in '{self.task}': {self.msg}"
-
-
 @dataclass
 class RunResult:
     """What a run did, per host, plus where its artifacts are."""
@@ -131,6 +118,9 @@ class RunResult:
     # What the playbook reported with ``set_stats`` (aggregated, not per host): read it through
     # ``sparkctl.ansible.results``, by key.
     reported: dict[str, Any] = field(default_factory=dict)
+    # The runnable ansible-playbook line of this run (``ansible.command``, as one argv through
+    # ``env``); kept in the run directory's ``command`` file too. Empty: the plan's short form.
+    command: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -155,14 +145,15 @@ class RunResult:
     def as_dict(self) -> dict[str, Any]:
         return {
             "playbook": self.plan.playbook,
-            "command": self.plan.argv(),
+            "command": self.command or self.plan.argv(),
             "rc": self.rc,
             "status": self.status,
             "ok": self.ok,
             "duration_s": round(self.duration_s, 2),
             "hosts": {h: s.as_dict() for h, s in sorted(self.stats.items())},
             "failures": [
-                {"host": f.host, "task": f.task, "msg": f.msg, "unreachable": f.unreachable}
+                {"host": f.host, "task": f.task, "msg": f.msg, "unreachable": f.unreachable,
+                 "cause": failures.kind(f)}
                 for f in self.failures
             ],
             "artifact_dir": str(self.artifact_dir),
@@ -228,6 +219,8 @@ def vault_environment() -> dict[str, str]:
     """The vault password *file* the inventory was read with, for ansible-playbook and the vars
     plugin (``--vault-password-file``, ``$ANSIBLE_VAULT_PASSWORD_FILE`` or the controller's
     ansible.cfg, which the run's own ansible.cfg replaces). A path, never the password."""
+    from sparkctl.model.vault import vault_password_files  # ansible-core's config: only for a run
+
     files = vault_password_files()
     return {"ANSIBLE_VAULT_PASSWORD_FILE": str(files[0])} if files else {}
 
@@ -285,6 +278,17 @@ def _message(res: dict[str, Any]) -> str:
     return "failed (no message)"
 
 
+def _raw_text(res: dict[str, Any], limit: int = 20000) -> str:
+    """Every message a failed or unreachable result holds, uncut (the cause may be its last line)."""
+    parts = [res[k] for k in ("msg", "stderr", "module_stderr", "stdout", "module_stdout", "reason")
+             if isinstance(res.get(k), str) and res[k].strip()]
+    for item in res.get("results") or []:
+        if isinstance(item, dict) and item.get("failed"):
+            parts.append(_raw_text(item, limit))
+            break
+    return "\n".join(parts)[-limit:]
+
+
 class _Collector:
     """Turns ansible-runner's raw events into RunnerEvents, failures and per-task results."""
 
@@ -323,11 +327,12 @@ class _Collector:
             ignored = bool(data.get("ignore_errors"))
             msg = _message(res)
             if not ignored:
-                self.failures.append(Failure(host or "?", task, msg))
+                self.failures.append(Failure(host or "?", task, msg, raw=_raw_text(res)))
             self.emit(RunnerEvent(FAILED, host=host, task=task, msg=msg, ignored=ignored, res=res))
         elif kind == "runner_on_unreachable":
-            msg = _message(res)
-            self.failures.append(Failure(host or "?", task, msg, unreachable=True))
+            # What the connection said, without Mitogen's "EOF on stream" wrapper and ssh's noise.
+            msg = failures.summary(_raw_text(res)) if _raw_text(res) else _message(res)
+            self.failures.append(Failure(host or "?", task, msg, unreachable=True, raw=_raw_text(res)))
             self.emit(RunnerEvent(UNREACHABLE, host=host, task=task, msg=msg, res=res))
         elif kind == "runner_on_skipped":
             self.emit(RunnerEvent(SKIPPED, host=host, task=task, res=res))
@@ -422,6 +427,17 @@ def playbook_dir_in(verb_dir: Path, plan: Plan) -> Path:
     raise SparkctlError(f"cannot create a playbook directory under {verb_dir}")
 
 
+def record_command(
+    plan: Plan, run_dir: Path, playbooks: Path | None = None
+) -> playbook_command.PlaybookCommand:
+    """Keep the run's runnable ``ansible-playbook`` line in ``<run dir>/command`` (its extra
+    variables beside it in ``vars.json``, 0600): the same line `sparkctl ansible-command` prints."""
+    vars_file = playbook_command.write_vars(plan, run_dir / playbook_command.VARS_FILE)
+    record = playbook_command.for_plan(plan, vars_file, playbooks)
+    (run_dir / "command").write_text(record.line() + "\n")
+    return record
+
+
 @contextlib.contextmanager
 def _run_dir_for(
     plan: Plan, runs_dir: Path | None, verb_dir: Path | None = None
@@ -482,6 +498,7 @@ def execute(
     with _run_dir_for(plan, runs_dir, verb_dir) as (private_dir, cp_dir):
         envvars = run_environment(private_dir, cp_dir)
         envvars.update(vault_environment())
+        record = record_command(plan, private_dir, project / "playbooks")
         if extra_env:
             envvars.update(extra_env)
         # Secret variables leave os.environ for the run (ansible-runner records the whole
@@ -489,6 +506,8 @@ def execute(
         with secretenv.withheld(plan.secret_env) as secret_vars:
             envvars.update(secret_vars)
             try:
+                import ansible_runner  # here, not at the top: `status` and `--help` never run a playbook
+
                 runner = ansible_runner.run(
                     private_data_dir=str(private_dir),
                     project_dir=str(project),
@@ -526,6 +545,7 @@ def execute(
         duration_s=duration,
         results=collector.results,
         reported=dict((collector.stats_raw or {}).get("artifact_data") or {}),
+        command=record.as_argv(),
     )
     if collector.handler_error is not None:
         # The run itself is complete and recorded; report the display problem without hiding it.

@@ -16,6 +16,7 @@ from sparkctl.cli import plan_cmd
 from sparkctl.cli.shell import INVENTORY, example
 from sparkctl.errors import EXIT_USAGE, SparkctlError
 from sparkctl.model import Cluster, load_inventory
+from sparkctl.model.offline import validate_inventory
 from sparkctl.qa import sglang_check
 
 
@@ -98,11 +99,16 @@ def validate(
 ) -> None:
     """Check the inventory: every field, cross-checks, memory and disk budgets. Nothing is contacted.
 
+    The files it names on this controller are checked too (known_hosts, SSH keys, secret files:
+    present, readable, private; relative paths from the inventory directory), and no placeholder
+    may stand in for a commit, digest or secret.
+
     Every flag is checked against SGLang's flag catalogue; with SGLang installed (`make sglang`) the
     rendered command lines also go through SGLang's own parser, and the output says whether it ran."""
     state = ctx.obj
     try:
-        cluster = load_cluster(ctx)
+        # The inventory's values and what they name on this controller (files, secrets, placeholders).
+        cluster = validate_inventory(state.inventory_dir())
         parser_ran = sglang_check.ensure_accepted_if_available(cluster)
         if strict and not parser_ran:
             raise SparkctlError(

@@ -11,22 +11,20 @@ import typer
 from rich.text import Text
 
 from sparkctl import ui
-from sparkctl.ansible import hosttable as progress
 from sparkctl.ansible import plan as planning
-from sparkctl.ansible import roledefaults, runner
+from sparkctl.ansible import runner
 from sparkctl.ansible.runner import RunnerEvent
 from sparkctl.errors import EXIT_FAILED, InputError, SparkctlError
 from sparkctl.model import load_inventory
-from sparkctl.qa.onup import qualify_on_up
 from sparkctl.render import plan_document
 from sparkctl.render.kit import kit_facts
-from sparkctl.serve import fastup
 from sparkctl.serve.tools import Tools
-from sparkctl.stage import kit as stage_kit
-from sparkctl.stage.kitdefaults import kit_layout_defaults
 
+# What only `up`, `stage` and the playbook verbs use is imported where they use it (qualify on up,
+# the kit's reference, the live host table): `status`, the most frequent command, pays for none.
 if TYPE_CHECKING:
     from sparkctl.model import Cluster
+    from sparkctl.serve import fastup
 
 YesOption = Annotated[
     bool, typer.Option("--yes", "-y", help="Go ahead without asking (needed without a terminal).")
@@ -40,7 +38,14 @@ def _ask(question: str) -> bool:
 def tools() -> Tools:
     """The serving verbs' collaborators: the real runner, SSH, HTTP and run directories, the
     terminal's question, qualify on `up` and the configured kit (CLI tests replace this factory)."""
-    return Tools(ask=_ask, qualify=qualify_on_up, kit_reference=kit_reference)
+    return Tools(ask=_ask, qualify=_qualify_on_up, kit_reference=kit_reference)
+
+
+def _qualify_on_up(*args: Any, **kwargs: Any) -> Any:
+    """``sparkctl.qa.onup.qualify_on_up``, imported when `up` qualifies the group."""
+    from sparkctl.qa.onup import qualify_on_up
+
+    return qualify_on_up(*args, **kwargs)
 
 
 def load(ctx: typer.Context) -> tuple[Cluster, dict[str, Any]]:
@@ -65,11 +70,13 @@ def confirm(what: str, yes: bool) -> None:
 
 
 def event_printer(verbose: bool) -> runner.EventHandler:
-    """A quiet playbook display: failures always, every task with --verbose."""
+    """A quiet playbook display: every task with --verbose. Failures are not printed as they happen:
+    the verb's error prints them once, one line per node in rank order (ansible.failures)."""
 
     def on_event(ev: RunnerEvent) -> None:
         if ev.kind in ("failed", "unreachable") and not ev.ignored:
-            ui.err_console.print(f"  {ui.FAIL} {ev.host}: {ev.task}: {ev.msg}")
+            if verbose:
+                ui.err_console.print(f"  {ui.FAIL} {ev.host}: {ev.task}: {ev.kind}")
         elif verbose and ev.kind in ("ok", "changed"):
             mark = "[yellow]changed[/yellow]" if ev.kind == "changed" else "ok"
             ui.err_console.print(f"  {ui.OK} {ev.host}: {ev.task} ({mark})")
@@ -82,6 +89,8 @@ def run_with_table(ctx: typer.Context, plan: planning.Plan, title: str, hosts: l
     state = ctx.obj
     if state.verbose and not state.json:
         ui.console.print(Text("$ " + " ".join(plan.argv()), style="dim"))
+    from sparkctl.ansible import hosttable as progress
+
     table = progress.HostTable(title, hosts, enabled=not state.json, show_diff=plan.diff)
     with table:
         result = runner.execute(plan, table)
@@ -94,6 +103,11 @@ def kit_reference(cluster: Cluster) -> fastup.KitReference | str | None:
     """The configured kit as spark_kit's verify reads it on the controller (from what the playbook
     fetched or unpacked into the state directory; a fast path never fetches); None without a kit,
     a string saying why it cannot be had here (the fast paths of `up` and `stage` share it)."""
+    from sparkctl.ansible import roledefaults
+    from sparkctl.serve import fastup
+    from sparkctl.stage import kit as stage_kit
+    from sparkctl.stage.kitdefaults import kit_layout_defaults
+
     facts = kit_facts(cluster)
     if facts is None:
         return None

@@ -29,7 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkctl import ui
-from sparkctl.ansible import outcome
+from sparkctl.ansible import failures, outcome
 from sparkctl.ansible import plan as planning
 from sparkctl.cli import common
 from sparkctl.cli.common import YesOption, confirm, run_with_table
@@ -37,7 +37,6 @@ from sparkctl.cli.identity import identity_table
 from sparkctl.cli.serving import by_admin, start_group
 from sparkctl.cli.shell import PROVISION, example
 from sparkctl.cli.stage_view import summary_table
-from sparkctl.errors import EXIT_FAILED, SparkctlError
 from sparkctl.model import Cluster, load_inventory
 from sparkctl.serve import admin
 from sparkctl.stage.summaries import node_summaries
@@ -111,13 +110,11 @@ def _upgrade(ctx: typer.Context, cluster: Cluster, plan: planning.Plan, check: b
     if not result.ok:
         where = failed_node or ", ".join(result.failed_hosts) or "the controller"
         why = run.why(result)
-        raise SparkctlError(
-            f"upgrade stopped at {where}: {why}",
+        raise failures.error_for(
+            result, cluster, f"upgrade stopped at {where}: {why}",
             hint=(f"{'nodes left untouched: ' + ', '.join(untouched) + '; ' if untouched else ''}"
                   "the group stays down; fix the node, then run `sparkctl upgrade` again (nodes already "
                   f"at the pinned versions are not changed again); the run log is in {result.artifact_dir}"),
-            exit_code=EXIT_FAILED,
-            details=[str(f) for f in result.failures][:12],
         )
     if check:
         if not state.json:
@@ -137,12 +134,11 @@ def verify_staged(ctx: typer.Context, cluster: Cluster) -> None:
     if not ctx.obj.json:
         ui.console.print(summary_table(cluster, summaries, True, "all"))
     if not result.ok:
-        raise SparkctlError(
-            f"stage verification failed on {', '.join(result.failed_hosts) or 'the controller'} after the "
-            "upgrade; the group stays down",
+        raise failures.error_for(
+            result, cluster,
+            f"stage verification after the upgrade {failures.what_failed(result, cluster)}; "
+            "the group stays down",
             hint=f"run `sparkctl stage all` to repair, then `sparkctl up`; artifacts: {result.artifact_dir}",
-            exit_code=EXIT_FAILED,
-            details=[str(f) for f in result.failures][:12],
         )
 
 
@@ -179,11 +175,9 @@ def reset(
     if state.json:
         ui.print_json({**result.as_dict(), "purge_data": purge_data, "check": check})
     if not result.ok:
-        raise SparkctlError(
-            f"{verb} failed on {', '.join(result.failed_hosts) or 'the controller'}",
+        raise failures.error_for(
+            result, cluster, f"{verb} {failures.what_failed(result, cluster)}",
             hint=f"fix the cause and re-run (it is safe to repeat); the run log is in {result.artifact_dir}",
-            exit_code=EXIT_FAILED,
-            details=[str(f) for f in result.failures][:12],
         )
     if not state.json:
         what = "would be removed" if check else "removed"

@@ -18,7 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkctl import ui
-from sparkctl.cli.shell import INVENTORY, OrderedGroup, complete_node, complete_profile, example
+from sparkctl.cli.completion import complete_node, complete_profile
+from sparkctl.cli.shell import INVENTORY, OrderedGroup, example
 from sparkctl.model import load_inventory
 from sparkctl.profiles import list_profiles, load_profile, profile_text
 from sparkctl.render import common, plan_document
@@ -54,7 +55,11 @@ def _node_panel(entry: dict[str, Any], verbose: bool) -> Panel:
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
     facts.add_column()
-    facts.add_row("role", f"rank {entry['rank']} ({entry['role']}), runtime {launch['runtime']}")
+    # On a site of several serving groups the rank is the node's rank in its group (null: spare).
+    where = ""
+    if "group" in entry:
+        where = f" of group {entry['group']}" if entry["group"] else " (in no serving group: never started)"
+    facts.add_row("role", f"rank {entry['rank']}{where} ({entry['role']}), runtime {launch['runtime']}")
     facts.add_row("mgmt", entry["mgmt"])
     facts.add_row("fabric", fabric)
     facts.add_row("unit", f"{launch['unit_name']} (started by `sparkctl up`, Restart=no)")

@@ -14,12 +14,12 @@ import typer
 from rich.text import Text
 
 from sparkctl import ui
+from sparkctl.ansible import failures, runner
 from sparkctl.ansible import plan as planning
-from sparkctl.ansible import runner
 from sparkctl.ansible.outcome import identities, mismatched
+from sparkctl.cli.completion import complete_hosts
 from sparkctl.cli.identity import identity_table
-from sparkctl.cli.shell import PROVISION, complete_hosts, example
-from sparkctl.errors import EXIT_FAILED, SparkctlError
+from sparkctl.cli.shell import PROVISION, example
 from sparkctl.model import load_inventory
 
 
@@ -43,25 +43,28 @@ def preflight(
         with ui.console.status("preflight: reading every node …"):
             result = runner.execute(plan)
     ids = identities(result)
-    unreachable = {f.host: f.msg for f in result.failures if f.unreachable}
-    differ = mismatched(ids)
+    failed = failures.for_cluster(result.failures, cluster)
+    unreachable = {nf.host: nf.reason() for nf in failed if nf.unreachable}
+    differ = mismatched(ids)  # over the nodes that answered: one that did not is no level
     if state.json:
         ui.print_json({"ok": result.ok, "cluster": cluster.name, "nodes": ids, "mismatched": differ,
                        "unreachable": unreachable, "run": result.as_dict()})
     else:
-        ui.console.print(identity_table(cluster, ids, unreachable))
+        short = {nf.host: nf.short() for nf in failed if nf.unreachable}
+        ui.console.print(identity_table(cluster, ids, short))
         ui.console.print(f"[dim]artifacts: {result.artifact_dir}[/dim]")
     if not result.ok:
-        details = [str(f) for f in result.failures][:12]
         parts = [f"node identity differs in {', '.join(differ)}"] if differ else []
-        parts += [f"unreachable: {', '.join(sorted(unreachable))}"] if unreachable else []
-        what = "; ".join(parts) or f"failed on {', '.join(result.failed_hosts) or 'the controller'}"
-        raise SparkctlError(
-            f"preflight: {what}",
-            hint="bring the nodes to one level (or power on / fix SSH), then re-run `sparkctl preflight`",
-            exit_code=EXIT_FAILED,
-            details=details,
-        )
+        what = "; ".join([*parts, failures.what_failed(result, cluster)] if failed else parts) or "failed"
+        todo = []
+        if unreachable:
+            todo.append(f"reach {', '.join(unreachable)} (the cause and what to check are on each line)")
+        if differ:
+            todo.append("bring the nodes to one level (the identity table shows which differ)")
+        if not todo:
+            todo.append("fix the cause on each line")
+        raise failures.error_for(result, cluster, f"preflight: {what}",
+                                 hint="; ".join(todo) + ", then re-run `sparkctl preflight`")
     if not state.json:
         ui.console.print(f"{ui.OK} preflight: {len(ids)} nodes answered and agree")
 

@@ -1,8 +1,10 @@
 """`sparkctl provision` and `sparkctl check fabric`.
 
 provision: load the model (exit 2 on a bad inventory, nothing contacted) -> plan.for_provision ->
+(a plain run: serve.provfast.check, one SSH round; nothing due anywhere ends here, 0 changed) ->
 runner.execute(playbooks/provision.yml) with a live per-host table -> per-host summary, artifacts
-path, exit code (0 ok, 1 a host failed or was unreachable).
+path, exit code (0 ok, 1 a host failed or was unreachable); a whole run that succeeded leaves
+provfast what its decision was made from (provfast.save).
 
 check fabric: read-only. runner.execute(playbooks/check_fabric.yml) -> qa.fabric.judge -> port and
 pair tables, "skipped: why" for what cannot run here -> exit 1 naming node, port and pair.
@@ -17,14 +19,16 @@ from rich.table import Table
 from rich.text import Text
 
 from sparkctl import ui
-from sparkctl.ansible import outcome, results, runner
+from sparkctl.ansible import failures, outcome, results, runner
 from sparkctl.ansible import plan as planning
 from sparkctl.cli.common import run_with_table
-from sparkctl.cli.shell import PROVISION, OrderedGroup, complete_hosts, complete_tags, example
-from sparkctl.errors import EXIT_FAILED, SparkctlError
+from sparkctl.cli.completion import complete_hosts, complete_tags
+from sparkctl.cli.shell import PROVISION, OrderedGroup, example
+from sparkctl.errors import SparkctlError
 from sparkctl.model import Cluster, load_inventory
 from sparkctl.qa import fabric as fabric_check
 from sparkctl.qa.fabricrun import judge_run
+from sparkctl.serve import provfast
 
 check_app = typer.Typer(help="Read-only checks of the cluster.", cls=OrderedGroup, no_args_is_help=True)
 
@@ -64,15 +68,34 @@ def provision(
 
     A role whose inputs and on-node state match what the node recorded when the role last ran is
     skipped after one read per node; a file edited by hand or a changed inventory runs it again.
+    When no role is due anywhere and nothing changed on this controller since the last whole run,
+    that read is one SSH round and the playbook does not run at all.
     """
     cluster = _cluster(ctx)
     plan = planning.for_provision(cluster, check=check, diff=diff, limit=limit, tags=tags or [], full=full)
     verb = "provision (check mode)" if check else "provision"
+    whole = not (check or diff or plan.limit or plan.tags)
+    fast = None
+    if whole and not full:  # one SSH round instead of the playbook when no role is due anywhere
+        fast = provfast.check(cluster, None, plan.extravars)
+        if fast.ok:
+            _fast_done(ctx, cluster, fast)
+            return
+        # why the playbook runs, where the round found something due; a host that did not answer
+        # is the playbook's to name (once, with its cause)
+        if not ctx.obj.json and (ctx.obj.verbose or (fast.applied and not fast.dark)):
+            for line in fast.playbook_lines("playbooks/provision.yml"):
+                ui.console.print(f"[dim]{line}[/dim]")
+    before = provfast.controller_key(cluster, plan.extravars, []) if whole else ""
     result = run_with_table(ctx, plan, f"{verb} · {cluster.name}", _hosts(cluster, plan.limit))
+    if whole and result.ok:
+        provfast.save(cluster, plan.extravars, results.per_host(result, results.APPLIED_SPECS), before)
     applied = results.per_host(result, results.APPLIED)
     if ctx.obj.json:
         doc = result.as_dict()
         doc["applied"] = applied
+        why = "--full" if full else "--check, --diff, --limit or --tags"
+        doc["path"] = (fast or provfast.ProvisionCheck([why])).as_dict()
         ui.print_json(doc)
     elif result.ok:
         changed = result.changed_total
@@ -81,20 +104,29 @@ def provision(
         for line in outcome.applied_lines(applied):
             ui.console.print(f"[dim]{line}[/dim]")
     if not result.ok:
-        raise SparkctlError(
-            f"{verb} failed on {', '.join(result.failed_hosts) or 'the controller'}",
-            hint=_hint(result),
-            exit_code=EXIT_FAILED,
-            details=[str(f) for f in result.failures[:12]],
-        )
+        raise failures.error_for(result, cluster, f"{verb} {failures.what_failed(result, cluster)}",
+                                 hint=_hint(result))
 
 
-def _hint(result: runner.RunResult) -> str:
+def _fast_done(ctx: typer.Context, cluster: Cluster, fast: provfast.ProvisionCheck) -> None:
+    """Nothing due anywhere: say so as the playbook's summary would (0 changed on every host)."""
+    hosts = _hosts(cluster, None)
+    if ctx.obj.json:
+        zero = dict.fromkeys(("ok", "changed", "failed", "unreachable", "skipped", "rescued", "ignored"), 0)
+        ui.print_json({"playbook": None, "command": None, "rc": 0, "status": "successful", "ok": True,
+                       "duration_s": round(fast.seconds, 2), "hosts": {h: dict(zero) for h in sorted(hosts)},
+                       "failures": [], "artifact_dir": None, "applied": fast.applied, "path": fast.as_dict()})
+        return
+    switch = f" and {cluster.switch.name}" if cluster.switch is not None else ""
+    ui.console.print(f"{ui.OK} provision: {len(cluster.nodes)} nodes{switch} up to date, 0 changed "
+                     f"(checked in {fast.seconds:.1f} s over SSH; --full runs the playbook)")
+    for line in outcome.applied_lines(fast.applied):
+        ui.console.print(f"[dim]{line}[/dim]")
+
+
+def _hint(result: runner.RunResult) -> str | None:
     if result.unreachable_hosts:
-        return (
-            f"power on or fix SSH to {', '.join(result.unreachable_hosts)}, then re-run; "
-            f"the run log is in {result.artifact_dir}"
-        )
+        return None  # failures.error_for's: each node's cause and what to check
     return f"fix the cause above and re-run (it is safe to repeat); the run log is in {result.artifact_dir}"
 
 
@@ -119,7 +151,9 @@ def _verdict_tables(verdict: fabric_check.Verdict, mtu: int) -> tuple[Table, Tab
         )
     nodes = sorted({p.src for p in verdict.pairs} | {p.dst for p in verdict.pairs})
     halves = sorted({p.half for p in verdict.pairs})
-    pairs = Table(title=f"jumbo ping ({mtu - 28} B, DF) src → dst, per half", title_justify="left")
+    absent = {frozenset(pair) for pair in verdict.absent_pairs}
+    pairs = Table(title=f"jumbo ping ({mtu - 28} B, DF) src → dst, per source port "
+                  "(– no direct path, as the topology expects)", title_justify="left")
     pairs.add_column("src \\ dst")
     for dst in nodes:
         pairs.add_column(dst, justify="center")
@@ -130,8 +164,11 @@ def _verdict_tables(verdict: fabric_check.Verdict, mtu: int) -> tuple[Table, Tab
             if src == dst:
                 cells.append("·")
                 continue
+            if frozenset((src, dst)) in absent:
+                cells.append("[dim]–[/dim]")
+                continue
             marks = []
-            for h in halves:
+            for h in verdict.expected.get((src, dst), halves):
                 row = index.get((src, dst, h))
                 marks.append("?" if row is None else ("✓" if row.ok else "⨯"))
             text = " ".join(marks)
@@ -161,6 +198,8 @@ def check_fabric(ctx: typer.Context) -> None:
         ui.console.print(pairs)
         for line in verdict.passed:
             ui.console.print(f"{ui.OK} {line}")
+        for line in verdict.absent:
+            ui.console.print(f"[dim]–[/dim] {line}")
         for line in verdict.skipped:
             ui.console.print(f"{ui.SKIP} {line}")
         for line in verdict.problems:
@@ -169,11 +208,16 @@ def check_fabric(ctx: typer.Context) -> None:
     if not verdict.ok:
         culprit = [p for p in verdict.problems if p.startswith("likely culprit")]
         first = culprit[0] if culprit else verdict.problems[0]
+        dark = failures.unreachable(result.failures, cluster)
+        hint = ("fix the port or switch named above, then re-run `sparkctl check fabric`" if not dark else
+                f"reach {', '.join(dark)} first (the cause and what to check are on its line), then re-run "
+                "`sparkctl check fabric`")
         raise SparkctlError(
             f"fabric check failed: {first}",
-            hint="fix the port or switch named above, then re-run `sparkctl check fabric`",
-            exit_code=EXIT_FAILED,
+            hint=hint,
+            exit_code=failures.exit_code(result.failures),
             details=verdict.problems[:12] if ctx.obj.json else [],
+            nodes=dark,
         )
     if not ctx.obj.json:
         ui.console.print(f"{ui.OK} fabric ok ({len(verdict.pairs)} pairs, {len(verdict.ports)} ports)")

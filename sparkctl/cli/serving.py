@@ -19,14 +19,14 @@ from sparkctl import ui
 from sparkctl.ansible.runner import RunnerEvent
 from sparkctl.cli.common import event_printer
 from sparkctl.model import load_inventory
-from sparkctl.render import plan_document
 from sparkctl.serve import admin, bootwatch, preflight, verdict
-from sparkctl.serve.down import Down, DownResult
+from sparkctl.serve.down import DownResult, down_groups
 from sparkctl.serve.guard import R4_MIN_MEM_AVAILABLE_GIB
+from sparkctl.serve.router_status import RouterFacts
 from sparkctl.serve.thermals import CRIT
 from sparkctl.serve.thermals import gpu_text as gpu_cell
 from sparkctl.serve.tools import FAIL, OK, SKIP, Tools
-from sparkctl.serve.up import Up, UpResult
+from sparkctl.serve.up import UpResult, up_groups
 
 MARK = {OK: ui.OK, FAIL: ui.FAIL, SKIP: ui.SKIP}
 VERDICT_STYLE = {verdict.READY: "green", verdict.DEGRADED: "yellow", verdict.DOWN: "red"}
@@ -47,7 +47,8 @@ def status_table(snap: verdict.Snapshot) -> Table:
         table.add_column(col)
     for f in sorted(snap.nodes.values(), key=lambda f: f.rank):
         if not f.reachable:
-            table.add_row(str(f.rank), f.name, f"[red]unreachable[/red] {f.error}", "", "", "", "")
+            # why, and what to check, is its line among the reasons under the table (printed once)
+            table.add_row(str(f.rank), f.name, "[red]unreachable[/red]", "", "", "", "")
             continue
         state = f.active
         color = "green" if state == "active" else "red" if state in ("failed",) else "yellow"
@@ -81,6 +82,8 @@ def render_status(snap: verdict.Snapshot) -> Group:
         parts = [f"{p} {a.code if a.code is not None else a.error}"
                  for p, a in (("/health", head.health), ("/ready", head.ready), ("/v1/models", head.models))]
         lines.append(Text(f"rank 0 {head.url}: " + ", ".join(parts)))
+    if snap.router is not None:
+        lines.append(router_line(snap.router))
     lines.append(Text.from_markup(f"[bold {style}]{snap.verdict}[/bold {style}]  ({snap.seconds:.2f} s)"))
     for reason in snap.reasons:
         lines.append(Text(f"  • {reason}"))
@@ -88,6 +91,40 @@ def render_status(snap: verdict.Snapshot) -> Group:
         color = "red" if w.level == CRIT else "yellow"
         lines.append(Text.from_markup(f"  [{color}]![/{color}] ") + Text(w.describe()))
     return Group(*lines)
+
+
+def router_line(rf: RouterFacts) -> Text:
+    """The router's row: where it runs, its unit, /health, and the groups it routes to."""
+    if not rf.reachable:
+        return Text.from_markup(f"router {escape(rf.url)} on {escape(rf.node)}: [red]unreachable[/red]")
+    color = "green" if rf.active == "active" else "red"
+    health = rf.health if rf.health is not None else rf.error
+    seen = "workers unread" if rf.workers is None else (
+        f"routes to {len(rf.expected) - len(rf.missing)} of {len(rf.expected)} groups")
+    return Text.from_markup(f"router {escape(rf.url)} on {escape(rf.node)} ({escape(rf.policy)}): "
+                            f"[{color}]{escape(rf.active)}[/{color}], /health {escape(str(health))}, "
+                            f"{escape(seen)}")
+
+
+def render_groups_status(snaps: dict[str, verdict.Snapshot], overall: str,
+                         router: RouterFacts | None = None) -> Group:
+    """`status` of several serving groups: each group's table and verdict under its name, the router
+    in front of them (sparkctl_router), then the site's verdict (ready only when every group is, and
+    the router routes to each)."""
+    parts: list[Any] = []
+    for name, snap in snaps.items():
+        style = VERDICT_STYLE[snap.verdict]
+        parts.append(Text.from_markup(f"[bold]group {escape(name)}[/bold]: "
+                                      f"[{style}]{snap.verdict}[/{style}]"))
+        parts.append(render_status(snap))
+    if router is not None:
+        parts.append(router_line(router))
+        parts += [Text(f"  • {reason}") for reason in router.reasons()]
+    style = VERDICT_STYLE.get(overall, "red")
+    ready = sum(1 for s in snaps.values() if s.verdict == verdict.READY)
+    parts.append(Text.from_markup(f"[bold]site[/bold]: [bold {style}]{overall}[/bold {style}] "
+                                  f"({ready} of {len(snaps)} groups ready)"))
+    return Group(*parts)
 
 
 def phase_table(state: bootwatch.BootState) -> Table:
@@ -168,29 +205,59 @@ def by_admin(state: Any, cluster_name: str, verb: str, *, healing_after: str,
 
 
 def start_group(state: Any, tools: Tools, *, force: bool = False, restart: bool = False, yes: bool = False,
-                full: bool = False) -> UpResult:
-    """`up` as the command runs it (``state``: the global options), printed."""
+                full: bool = False, groups: list[str] | None = None) -> UpResult:
+    """`up` as the command runs it (``state``: the global options), printed. On a site of several
+    serving groups each group (``groups``: those named by --group, default all) comes up in turn, in
+    the site's order (``serve.up.up_groups``); the result is the last group's."""
     cluster = load_inventory(state.inventory_dir())
     out = ConsoleOutput(state.json, state.verbose)
-    up = Up(cluster, plan_document(cluster), tools, out, force=force, restart=restart, yes=yes, full=full,
-            verbose=state.verbose)
-    result = up.run()
+    done: dict[str, Any] = {}
+    result: UpResult | None = None
+    per_group = False
+    gates: dict[str, Any] = {}  # the site's own gates after the groups (the router's)
+    for t, per_group, result in up_groups(cluster, tools, out, groups, force=force, restart=restart, yes=yes,
+                                          full=full, verbose=state.verbose, gates=gates):
+        if state.json:
+            done[t.group] = result.as_dict(t.cluster.name)
+        elif result.changed:
+            assert result.state is not None
+            who = f"group {t.group} " if per_group else ""
+            out.say(f"{who}[bold green]ready[/bold green] in {result.seconds:.1f} s "
+                    f"(gates {result.state.elapsed:.1f} s, lowest MemAvailable {gib(result.lowest)} GiB "
+                    f"against R4's published {R4_MIN_MEM_AVAILABLE_GIB} GiB); records in {result.run_dir}",
+                    OK)
+    assert result is not None
     if state.json:
-        ui.print_json(result.as_dict(cluster.name))
-    elif result.changed:
-        assert result.state is not None
-        out.say(f"[bold green]ready[/bold green] in {result.seconds:.1f} s "
-                f"(gates {result.state.elapsed:.1f} s, lowest MemAvailable {gib(result.lowest)} GiB against "
-                f"R4's published {R4_MIN_MEM_AVAILABLE_GIB} GiB); records in {result.run_dir}", OK)
+        if per_group:
+            ui.print_json({"cluster": cluster.name, "result": "ready",
+                           "changed": any(d.get("changed") for d in done.values()), "groups": done,
+                           **gates})
+        else:
+            ui.print_json(next(iter(done.values())))
     return result
 
 
-def stop_group(state: Any, tools: Tools, grace: int | None = None, full: bool = False) -> DownResult:
-    """`down` as the command runs it, printed."""
+def stop_group(state: Any, tools: Tools, grace: int | None = None, full: bool = False,
+               groups: list[str] | None = None) -> DownResult:
+    """`down` as the command runs it, printed; on a site of several serving groups each group named
+    by --group (default all) is stopped in turn, rank 0 first in each (``serve.down.down_groups``)."""
     cluster = load_inventory(state.inventory_dir())
-    result = Down(cluster, plan_document(cluster), tools, ConsoleOutput(state.json, state.verbose),
-                  grace, full).run()
-    if state.json:
+    out = ConsoleOutput(state.json, state.verbose)
+    done: dict[str, Any] = {}
+    result: DownResult | None = None
+    per_group = False
+    for t, per_group, result in down_groups(cluster, tools, out, groups, grace, full):
+        done[t.group] = result.as_dict(t.cluster.name)
+        if per_group and not state.json:
+            how = {"fast": "nothing was running", "ssh": "rank 0 first, over SSH"}.get(result.path,
+                                                                                      "playbook")
+            ui.console.print(f"{ui.OK} group {t.group}: every rank is stopped ({how})")
+    assert result is not None
+    if per_group:
+        if state.json:
+            ui.print_json({"cluster": cluster.name, "result": "down",
+                           "stopped": any(d.get("stopped") for d in done.values()), "groups": done})
+    elif state.json:
         ui.print_json(result.as_dict(cluster.name))
     elif result.path == "fast":
         ui.console.print(f"{ui.OK} every rank is stopped (nothing was running: every rank unit inactive, "

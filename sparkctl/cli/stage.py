@@ -16,13 +16,12 @@ from typing import Annotated
 import typer
 
 from sparkctl import ui
-from sparkctl.ansible import plan, runner
+from sparkctl.ansible import failures, plan, runner
 from sparkctl.cli import common
 from sparkctl.cli.shell import STAGE, example
 from sparkctl.cli.stage_view import summary_table
-from sparkctl.errors import SparkctlError
 from sparkctl.model import load_inventory
-from sparkctl.stage import faststage, progress, verb
+from sparkctl.stage import faststage, progress, shards, verb
 from sparkctl.stage.summaries import node_summaries
 
 
@@ -79,6 +78,17 @@ def stage(
     state = ctx.obj
     cluster = load_inventory(state.inventory_dir())
     verb.refuse_what_cannot_be_staged(cluster, what.value)
+    resident = shards.resident_note(cluster, what.value)
+    if resident is not None:  # engram: resident profiles pack nothing on NVMe
+        if state.json:
+            ui.print_json({"ok": True, "what": what.value, "verify_only": verify_only, "path": None,
+                           "nodes": {}, "run": None, "note": resident})
+        else:
+            ui.console.print(resident)
+        return
+    mixed = shards.resident_nodes_note(cluster, what.value)
+    if mixed is not None:  # some groups keep Engram resident: their nodes pack nothing
+        (ui.err_console if state.json else ui.console).print(mixed)
     tools = common.tools()
     fast = verb.fast_check(cluster, what.value, verify_only=verify_only, force=force, full=full,
                            fleet=tools.fleet, kit_reference=tools.kit_reference)
@@ -97,19 +107,9 @@ def stage(
     the_plan = plan.for_stage(cluster, what.value, verify_only=verify_only, force=force, settings=settings)
     if state.verbose and not state.json:
         ui.console.print(f"[dim]$ {' '.join(the_plan.argv())}[/dim]")
-    live = not state.json and ui.console.is_terminal
-    reader, close = (None, None)
-    if live:
-        try:
-            reader, close = progress.fleet_reader(cluster)
-        except Exception:  # no SSH reader (e.g. no keys here): bars show tasks, not bytes
-            reader, close = None, None
-    try:
-        with progress.StageBars([n.name for n in cluster.nodes], reader, ui.console, enabled=live) as bars:
-            result = runner.execute(the_plan, bars)
-    finally:
-        if close is not None:
-            close()
+    # Progress: bars at a terminal, a line now and then elsewhere; on stderr under --json.
+    with progress.watch(cluster, ui.err_console if state.json else ui.console, tools.fleet) as bars:
+        result = runner.execute(the_plan, bars)
     summaries = node_summaries(result)
     if state.json:
         ui.print_json(
@@ -125,12 +125,11 @@ def stage(
     else:
         ui.console.print(summary_table(cluster, summaries, verify_only, what.value))
     if not result.ok:
-        details = [str(f) for f in result.failures]
-        raise SparkctlError(
-            f"stage {what.value}{' --verify-only' if verify_only else ''} failed on "
-            f"{', '.join(result.failed_hosts) or 'the controller'}",
+        raise failures.error_for(
+            result, cluster,
+            f"stage {what.value}{' --verify-only' if verify_only else ''} "
+            f"{failures.what_failed(result, cluster)}",
             hint=f"fix the cause, then re-run (transfers resume); artifacts in {result.artifact_dir}",
-            details=details,
         )
 
 

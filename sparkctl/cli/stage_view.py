@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from sparkctl import ui
@@ -62,7 +63,7 @@ def summary_table(
     title = "stage --verify-only" if verify_only else "stage"
     table = Table(title=f"{title}: {cluster.name}", title_justify="left")
     for col in ("node", "rank", "kit", "image", "checkpoint", "engram shards", "moved", "packed"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")  # long text wraps at word boundaries, never cut
     for node in cluster.nodes:
         s = summaries.get(node.name, {})
         moved = ""
@@ -92,12 +93,14 @@ def summary_table(
             _flag(s.get("weights")), eng_text, moved, packed,
         ]
         if s.get("error"):
+            # The cause in a few words (the whole line is the error's, printed once below the table).
             image_staged = what == "image" or (what == "all" and cluster.runtime.kind == "container")
+            cell = f"{ui.FAIL} {escape(str(s.get('cause') or s['error']))}"
             if kit_staged and not kit:
-                row[2] = f"{ui.FAIL} {s['error']}"[:100]
+                row[2] = cell
             elif image_staged and not s.get("image"):
-                row[3] = f"{ui.FAIL} {s['error']}"[:100]
+                row[3] = cell
             else:
-                row[4] = f"{ui.FAIL} {s['error']}"[:100]
+                row[4] = cell
         table.add_row(*row)
     return table

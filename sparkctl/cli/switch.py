@@ -17,11 +17,11 @@ from typing import Annotated
 import typer
 
 from sparkctl import ui
+from sparkctl.ansible import failures
 from sparkctl.ansible import plan as planning
 from sparkctl.cli.common import run_with_table
 from sparkctl.cli.plan_cmd import InventoryOpt, JsonOpt, command_options
 from sparkctl.cli.shell import PROVISION, OrderedGroup, example
-from sparkctl.errors import EXIT_FAILED, SparkctlError
 from sparkctl.model import Cluster, load_inventory
 from sparkctl.render import switch_entry
 
@@ -68,12 +68,9 @@ def _run(ctx: typer.Context, cluster: Cluster, check: bool, diff: bool, rollback
         what = "would change" if check else "changed"
         ui.console.print(f"{ui.OK} {verb}: {cluster.switch.name} ({cluster.switch.type}) {changed} {what}")
     if not result.ok:
-        raise SparkctlError(
-            f"{verb} failed on {', '.join(result.failed_hosts) or 'the controller'}",
-            hint=f"fix the cause above and re-run (safe to repeat); the run log is in {result.artifact_dir}",
-            exit_code=EXIT_FAILED,
-            details=[str(f) for f in result.failures[:12]],
-        )
+        hint = None if result.unreachable_hosts else (
+            f"fix the cause above and re-run (safe to repeat); the run log is in {result.artifact_dir}")
+        raise failures.error_for(result, cluster, f"{verb} {failures.what_failed(result, cluster)}", hint)
 
 
 @switch_app.command("diff", epilog=example("sparkctl switch diff"))

@@ -30,12 +30,14 @@ from sparkctl import ui
 from sparkctl.ansible import plan
 from sparkctl.cli import State, common
 from sparkctl.cli.cluster import load_cluster
+from sparkctl.cli.serve import GroupOption
 from sparkctl.cli.serving import start_group, stop_group
 from sparkctl.cli.shell import OBSERVE, SERVE, example
 from sparkctl.errors import EXIT_USAGE, InputError, SparkctlError, UnhealthyError
 from sparkctl.model import Cluster
 from sparkctl.render import plan_document
 from sparkctl.serve import events, supervisor, verdict, watchunit
+from sparkctl.serve import groups as serve_groups
 from sparkctl.serve import tools as tools_
 from sparkctl.serve.probe import FleetLike
 
@@ -53,16 +55,18 @@ def _as_command(ctx: typer.Context) -> State:
 
 
 def _actions(ctx: typer.Context, cluster: Cluster, doc: dict[str, Any], fleet: FleetLike, http: httpx.Client,
-             api_key: str | None) -> supervisor.Actions:
+             api_key: str | None, group: str | None = None) -> supervisor.Actions:
+    """``group``: the serving group supervised on a site of several (its `down` and `up` only)."""
     state = _as_command(ctx)
     n = len(cluster.nodes)
+    only = None if group is None else [group]
 
     def stop() -> str:
-        stop_group(state, common.tools())
+        stop_group(state, common.tools(), groups=only)
         return f"all {n} ranks stopped (`sparkctl down`)"
 
     def start() -> str:
-        start_group(state, common.tools(), yes=True)
+        start_group(state, common.tools(), yes=True, groups=only)
         return f"ready: all {n} ranks passed the gates (`sparkctl up`)"
 
     return supervisor.Actions(
@@ -97,6 +101,7 @@ def watch(
         typer.Option("--user", help="The account the unit runs as (default: the admin `sudo` names, "
                                     "else you); its state directory and SSH key are the unit's."),
     ] = None,
+    group: GroupOption = None,
 ) -> None:
     """Supervise the group: probe, canary, whole-group restart within the circuit breaker.
 
@@ -111,21 +116,48 @@ def watch(
         ui.console.print(f"{ui.OK} installed and started {path.name} ({path}); "
                          f"autostart {'on' if cluster.autostart else 'off'} (sparkctl_autostart)")
         return
-    doc = plan_document(cluster)
-    api_key = tools_.api_key(cluster)  # a missing secret is bad input: exit 2 before anything runs
+    # Each serving group is supervised on its own (its probe, canary, restarts, breaker and events
+    # under its own name); on a site of several, side by side, one thread each.
+    found = serve_groups.targets(cluster, plan_document(cluster), group)
+    named = serve_groups.several(found)
+    # A missing secret is bad input: exit 2 before anything runs.
+    keys = {t.group: tools_.api_key(t.cluster) for t in found}
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stopping.set()
 
+    def one(t: serve_groups.Target) -> int:
+        return _supervise(ctx, t.cluster, t.doc, keys[t.group], t.group if named else None, autostart,
+                          service, stopping)
+
     previous = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        if len(found) == 1:
+            codes = {found[0].cluster.name: one(found[0])}
+        else:
+            codes = _side_by_side(found, one, stopping)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    for name, rc in codes.items():
+        if rc:
+            notes = events.supervisor_notes(name)
+            which = "the circuit breaker" + ("" if len(codes) == 1 else f" of {name}")
+            raise UnhealthyError(events.breaker_reason(notes) or f"{which} is open",
+                                 hint="find the cause (`sparkctl events`, `sparkctl logs`), then "
+                                      "`sparkctl up`")
+
+
+def _supervise(ctx: typer.Context, cluster: Cluster, doc: dict[str, Any], api_key: str | None,
+               group: str | None, autostart: bool | None, service: bool, stopping: threading.Event) -> int:
+    """One group's supervisor until ``stopping`` is set (0) or its breaker opens (3)."""
     try:
         with events.single_watch(cluster.name):
             tools = common.tools()
             fleet = tools.fleet(cluster)
             http = tools.http()
             try:
-                actions = _actions(ctx, cluster, doc, fleet, http, api_key)
+                actions = _actions(ctx, cluster, doc, fleet, http, api_key, group)
                 sup = supervisor.Supervisor(
                     cluster.name, cluster.supervisor, cluster.autostart if autostart is None else autostart,
                     float(cluster.profile.memory.floor_gib), actions, on_event=_printer(ctx.obj.json),
@@ -142,12 +174,37 @@ def watch(
         raise SparkctlError(f"another supervisor already watches {cluster.name}: {exc.holder}",
                             hint=f"stop it first (or `systemctl stop {watchunit.unit_name(cluster.name)}`)",
                             exit_code=EXIT_USAGE) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    if rc:
-        notes = events.supervisor_notes(cluster.name)
-        raise UnhealthyError(events.breaker_reason(notes) or "the circuit breaker is open",
-                             hint="find the cause (`sparkctl events`, `sparkctl logs`), then `sparkctl up`")
+    return rc
+
+
+def _side_by_side(found: list[serve_groups.Target], one: Callable[[serve_groups.Target], int],
+                  stopping: threading.Event) -> dict[str, int]:
+    """Every group's supervisor in a thread of its own until each returns; Ctrl-C stops them all.
+    A group whose breaker opens stops its own supervisor only; the first error is raised."""
+    codes: dict[str, int] = {}
+    errors: list[BaseException] = []
+
+    def run(t: serve_groups.Target) -> None:
+        try:
+            codes[t.cluster.name] = one(t)
+        except BaseException as exc:  # handed to the main thread
+            errors.append(exc)
+            stopping.set()
+
+    threads = [threading.Thread(target=run, args=(t,), name=f"watch-{t.group}", daemon=True) for t in found]
+    for th in threads:
+        th.start()
+    try:
+        for th in threads:
+            while th.is_alive():
+                th.join(0.2)
+    except KeyboardInterrupt:
+        stopping.set()
+        for th in threads:
+            th.join()
+    if errors:
+        raise errors[0]
+    return codes
 
 
 def _printer(as_json: bool) -> Callable[[dict[str, Any]], None]:

@@ -249,7 +249,8 @@ def _check_sources(loader: DataLoader, sources: list[Path], inv: Path, problems:
             problems.add(
                 shown,
                 f"expected a mapping of groups, found {type(doc).__name__}",
-                "start the file with `all:` (see inventory/example/hosts.yml)",
+                "start the file with `all:` (as hosts.yml of the example site does: "
+                "`sparkctl init --example DIR`)",
             )
         elif isinstance(doc, dict):
             _lint_groups(doc, shown, problems)
@@ -376,7 +377,7 @@ def read(inv: Path, problems: Problems, vault_password_file: Path | str | None =
         raise InputError(
             f"{inv}: no hosts.yml",
             hint="an inventory directory holds hosts.yml (or an INI hosts file) and group_vars/all/ "
-            "(copy inventory/example/)",
+            "(`sparkctl init --example DIR` writes the documented example site)",
         )
     loader = DataLoader()
     files = vault.vault_password_files(vault_password_file)

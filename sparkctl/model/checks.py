@@ -21,6 +21,8 @@ from pathlib import PurePosixPath
 from sparkctl.model.cluster import Checkpoint, Fabric, Kit, Mgmt, Paths, Ports, Runtime, Supervisor
 from sparkctl.model.draft import Draft
 from sparkctl.model.problems import Problems, suggest
+from sparkctl.model.router import Router
+from sparkctl.model.topology import check_shape
 from sparkctl.model.types import MIN_FABRIC_MTU, image_is_pinned
 from sparkctl.profiles import Profile
 from sparkctl.profiles import flags as sglang_flags
@@ -64,8 +66,8 @@ def check_topology(d: Draft, p: Problems) -> None:
             )
     # Node count against the profile's parallelism (one GPU, so one rank, per node).
     prof = d.profile
-    if prof is None:
-        return
+    if prof is None or d.get("sparkctl_groups") is not None:
+        return  # explicit groups are each held to their own size (topology.check_groups)
     tp = prof.tp_size
     pp = int(prof.args.get("--pp-size", 1) or 1)
     flag_path = (
@@ -420,7 +422,7 @@ def _check_kit(d: Draft, p: Problems, rt: Runtime, prof: Profile) -> None:
                 "sparkctl_kit",
                 f"the profile {prof.name} cannot serve without its serving kit",
                 "pin the publisher's repository: {source: git, url: …, commit: <40 hex>} "
-                "(see inventory/example)",
+                "(see the example site: `sparkctl init --example DIR`)",
             )
         if rt.kind == "container" and rt.image_source == "build":
             p.add("sparkctl_runtime.image_source", "build needs the serving kit's Dockerfile",
@@ -546,13 +548,15 @@ SWITCHED_FROM_NODES = 4
 
 def check_fabric_needs_switch(d: Draft, p: Problems) -> None:
     count = len(d.spark_names)
+    if (d.get("sparkctl_topology") or "switch") != "switch":
+        return  # a cabled topology's node count and cables are checked by topology.check_cabling
     if count >= SWITCHED_FROM_NODES and not d.switch_names:
         p.add(
             "all.children.switches",
             f"{count} nodes and no switch: a Spark's two ConnectX-7 ports make a three-node triangle, "
             f"not a mesh of {count}, so the fabric subnets need a RoCE switch",
             "add the switch under switches (ansible_host, sparkctl_switch_type, sparkctl_switch_mtu, "
-            "sparkctl_switch_ports; see inventory/example/hosts.yml)",
+            "sparkctl_switch_ports; see hosts.yml of the example site: `sparkctl init --example DIR`)",
         )
 
 
@@ -648,7 +652,11 @@ def check_disk(d: Draft, p: Problems) -> None:
         return
     m = prof.memory
     need = ck.size_gib + m.engram_packed_gib + m.disk_margin_gib
+    # A node of a group with a profile of its own is held to that profile (topology.check_group_profiles).
+    other = {name for g in d.groups if g.profile is not prof for name in g.nodes}
     for n in d.nodes:
+        if n.name in other:
+            continue
         if n.nvme_gib is not None and need > n.nvme_gib:
             p.add(
                 f"sparks.{n.name}.sparkctl_nvme_gib",
@@ -762,10 +770,39 @@ Callable[[Draft, Problems], None]] = [
 ]
 
 
+def check_router(d: Draft, p: Problems, warnings: list[str]) -> None:
+    """The router's node is a Spark, its ports are its own, and it has groups to route to."""
+    router: Router | None = d.get("sparkctl_router")
+    if router is None:
+        return
+    known = set(d.spark_names)
+    if router.node not in known:
+        p.add("sparkctl_router.node", f"no node named {router.node}",
+              f"name one host of the sparks group ({', '.join(sorted(known)) or 'none listed'})")
+    taken: dict[int, str] = {}
+    ports = d.get("sparkctl_ports")
+    if ports is not None:
+        for name in type(ports).model_fields:
+            taken.setdefault(int(getattr(ports, name)), f"sparkctl_ports.{name}")
+    node = next((n for n in d.nodes if n.name == router.node), None)
+    if node is not None:
+        taken.setdefault(node.ssh_port, f"the SSH port of {node.name}")
+    for field, value in (("port", router.port), ("metrics_port", router.metrics_port)):
+        if value in taken:
+            p.add(f"sparkctl_router.{field}", f"{value} is also {taken[value]}",
+                  "give the router a port no rank, exporter or sshd uses (e.g. 8889 and 29000)")
+        taken.setdefault(value, f"sparkctl_router.{field}")
+    if len(d.groups) == 1:
+        warnings.append(f"sparkctl_router: one serving group ({d.groups[0].name}); the router fronts it "
+                        "alone (list two or more groups in sparkctl_groups to spread requests)")
+
+
 def run_checks(d: Draft, p: Problems) -> list[str]:
     """Run every cross-field check; returns warnings (facts that do not block)."""
     warnings: list[str] = []
     for check in CHECKS:
         check(d, p)
     check_memory(d, p, warnings)
+    check_shape(d, p, warnings)
+    check_router(d, p, warnings)
     return warnings

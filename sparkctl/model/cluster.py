@@ -27,7 +27,8 @@ from pydantic import (
 from sparkctl.errors import InputError
 from sparkctl.model import secretenv
 from sparkctl.model.problems import FieldError
-from sparkctl.model.sshconfig import DEFAULT_PORT, port_from_vars
+from sparkctl.model.router import Router
+from sparkctl.model.sshconfig import DEFAULT_PORT, controller_path, port_from_vars
 from sparkctl.model.types import (
     AbsPath,
     Commit,
@@ -46,6 +47,7 @@ from sparkctl.model.types import (
     ShortName,
 )
 from sparkctl.profiles import Profile
+from sparkctl.profiles.shape import Topology
 
 RuntimeKind = Literal["container", "venv", "lab"]
 SwitchType = Literal["routeros", "nvue", "linux"]
@@ -237,9 +239,7 @@ class SecretRef(_Section):
                 )
             return value
         assert self.file is not None
-        path = Path(self.file)
-        if not path.is_absolute():
-            path = self._base / path
+        path = controller_path(self.file, self._base)  # relative: from the inventory directory
         try:
             value = path.read_text().strip()
         except OSError as exc:
@@ -278,7 +278,8 @@ class Node(_Section):
     mgmt_ip: IPv4Address
     fabric_ports: list[FabricPort] = Field(min_length=1)
     nvme_gib: Gib | None = None
-    hostvars: dict[str, Any] = Field(default_factory=dict)  # the node's ansible_* keys, as written
+    # The ansible_* keys Ansible dials the node with: `all`'s, then the node's own over them.
+    hostvars: dict[str, Any] = Field(default_factory=dict)
     ssh_config_port: int | None = None  # the Port its ssh_config files give it (read by the loader)
 
     @property
@@ -368,6 +369,25 @@ class Switch(_Section):
         return _ssh_port(self.hostvars, self.ssh_config_port)
 
 
+class Group(BaseModel):
+    """One serving group (``sparkctl_groups``): a profile over an ordered list of nodes. A node's
+    place in the list is its rank in the group; the first node is the group's head."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    name: ShortName
+    profile: Profile
+    nodes: list[ShortName] = Field(min_length=1)
+
+    @property
+    def head(self) -> str:
+        return self.nodes[0]
+
+    def rank_of(self, name: str) -> int:
+        """The rank ``name`` serves in this group (its --node-rank, the shards' ``r{rank}of{tp}``)."""
+        return self.nodes.index(name)
+
+
 class Cluster(BaseModel):
     """One site: four Sparks, their fabric, the switch and the serving profile."""
 
@@ -393,6 +413,11 @@ class Cluster(BaseModel):
     ssh_user: str
     known_hosts: Path | None = None
     warnings: list[str] = Field(default_factory=list)  # facts worth knowing that do not block
+    # The fabric topology (sparkctl_topology) and the serving groups (sparkctl_groups; by default one
+    # group "main" of every node in rank order with the site's profile). sparkctl.model.topology.
+    topology: Topology = "switch"
+    groups: list[Group] = Field(default_factory=list)
+    router: Router | None = None  # SGLang's gateway in front of the groups (sparkctl_router)
 
     @property
     def head(self) -> Node:
@@ -408,6 +433,10 @@ class Cluster(BaseModel):
                 return n
         names = ", ".join(n.name for n in self.nodes)
         raise InputError(f"no node named {name!r} in {self.inventory_dir}", hint=f"use one of {names}")
+
+    def group_of(self, name: str) -> Group | None:
+        """The serving group the node ``name`` belongs to (None: a spare node)."""
+        return next((g for g in self.groups if name in g.nodes), None)
 
     @property
     def bootstrap_ips(self) -> dict[str, IPv4Address]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkctl.model.cluster import Node, Switch
+from sparkctl.model.cluster import Group, Node, Switch
 
 
 @dataclass
@@ -26,6 +26,7 @@ class Draft:
     switch_names: list[str] = field(default_factory=list)
     switch: Switch | None = None
     profile: Any = None
+    groups: list[Group] = field(default_factory=list)  # the serving groups (sparkctl.model.topology)
 
     def get(self, key: str) -> Any:
         return self.site.get(key)

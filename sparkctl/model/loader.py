@@ -17,7 +17,6 @@ Size: one module on purpose — the key tables, the per-key validation and the a
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, field
 from functools import cache
 from ipaddress import IPv4Address, IPv4Network
@@ -27,7 +26,8 @@ from typing import Any
 from pydantic import StrictBool, StrictStr, TypeAdapter, ValidationError
 
 from sparkctl.errors import InputError, SparkctlError
-from sparkctl.model import ansible_read, connection, sshconfig
+from sparkctl.model import cache as inventory_cache
+from sparkctl.model import connection, sshconfig, topology
 from sparkctl.model.checks import run_checks
 from sparkctl.model.cluster import (
     Checkpoint,
@@ -48,7 +48,9 @@ from sparkctl.model.cluster import (
 )
 from sparkctl.model.draft import Draft
 from sparkctl.model.problems import Problems, from_validation_error, join_path, suggest
+from sparkctl.model.router import Router
 from sparkctl.model.types import Gib, HostName, Mtu, Rank, ShortName
+from sparkctl.profiles.shape import Topology
 
 SPARKS, SWITCHES = "sparks", "switches"
 GROUPS = (SPARKS, SWITCHES)
@@ -81,6 +83,11 @@ SITE_KEYS: dict[str, Key] = {
     "sparkctl_upgrade": Key(Upgrade | None, False, None),
     "sparkctl_supervisor": Key(Supervisor, False, Supervisor()),
     "sparkctl_autostart": Key(StrictBool, False, False),
+    # The fabric topology and the serving groups (sparkctl.model.topology).
+    "sparkctl_topology": Key(Topology, False, "switch"),
+    "sparkctl_groups": Key(list[topology.GroupSpec] | None, False, None),
+    # SGLang's gateway in front of the groups (sparkctl.model.router).
+    "sparkctl_router": Key(Router | None, False, None),
 }
 # Keys of one Spark (host entry, host_vars, group_vars/sparks; defaults may sit in group_vars/all).
 SPARK_KEYS: dict[str, Key] = {
@@ -148,6 +155,9 @@ class Raw:
 
 def read_raw(inv: Path, problems: Problems, vault_password_file: Path | str | None = None) -> Raw:
     """The inventory as Ansible resolves it, sorted into sparkctl's two groups."""
+    # ansible-core is imported here, when the inventory is read for real (not from ``cache``).
+    from sparkctl.model import ansible_read
+
     read = ansible_read.read(inv, problems, vault_password_file)
     raw = Raw(site=read.site, origins=read.origins, vaulted=read.vaulted)
     shown = " / ".join(read.sources)
@@ -274,7 +284,8 @@ def _validate_keys(
             continue
         if item.required:
             problems.add(
-                join_path(prefix, [key]), "missing", "add it (inventory/example shows every key, commented)"
+                join_path(prefix, [key]), "missing",
+                "add it (the example site shows every key, commented: `sparkctl init --example DIR`)",
             )
         else:
             out[key] = item.default
@@ -311,16 +322,14 @@ def _fabric_ports(value: Any, path: str, problems: Problems) -> list[FabricPort]
 
 
 def _known_hosts(args: str | None, inv: Path) -> Path | None:
-    if args:
-        try:
-            words = shlex.split(args)
-        except ValueError:
-            words = args.split()
-        for word in words:
-            if word.startswith("UserKnownHostsFile="):
-                return Path(word.split("=", 1)[1])
+    """The site's pinned known_hosts: UserKnownHostsFile of the ssh arguments (``-o Key=Value`` or
+    ``-o "Key Value"``; a relative path read from the inventory directory), else the inventory's own
+    known_hosts when there is one."""
+    named = sshconfig.ssh_options_from_args(args).get("userknownhostsfile")
+    if named and named[0].split():
+        return sshconfig.controller_path(named[0].split()[0], inv)
     candidate = inv / "known_hosts"
-    return candidate if candidate.is_file() else None
+    return candidate.absolute() if candidate.is_file() else None
 
 
 def _one_port(host_vars: dict[str, Any], prefix: str, problems: Problems) -> None:
@@ -345,6 +354,23 @@ def _ssh_config_port(host_vars: dict[str, Any], inv: Path, address: Any, name: s
     return sshconfig.config_port(sshconfig.config_files(hostvars, inv), str(address), name)
 
 
+_TRUE = {"true", "yes", "on", "1", "y", "t"}
+
+
+def _become_not_for_everyone(site: dict[str, Any], problems: Problems) -> None:
+    """``ansible_become: true`` under ``all`` reaches Ansible's implicit localhost too (it takes
+    group all's variables), and a variable outranks a task's ``become: false``: every task sparkctl
+    runs on the controller (fetching the kit and the checkpoint, building and saving the image)
+    would run sudo there, as root or stopped at a password prompt."""
+    value = site.get("ansible_become")
+    if value is True or (isinstance(value, str | int) and str(value).strip().lower() in _TRUE):
+        problems.add("all.vars.ansible_become",
+                     "true for every host, the controller's own tasks included (Ansible gives its "
+                     "implicit localhost group all's variables), which would run sudo on the controller",
+                     "set ansible_become: true under children.sparks.vars instead (as hosts.yml of the "
+                     "example site does: `sparkctl init --example DIR`)")
+
+
 def validate_raw(raw: Raw, inv: Path, problems: Problems) -> Draft:
     draft = Draft(inventory_dir=inv)
     secret_vars = _secret_vars(raw.site)
@@ -356,6 +382,7 @@ def validate_raw(raw: Raw, inv: Path, problems: Problems) -> Draft:
     }
     draft.site = _validate_keys(site_only, SITE_KEYS, "", problems, host_level=False)
     _attach_secret_values(draft, raw, problems)
+    _become_not_for_everyone(raw.site, problems)
     for key, item in ANSIBLE_READ.items():
         if key in raw.site:
             ok, value = check_value(raw.site[key], item.type, key, problems)
@@ -375,6 +402,9 @@ def validate_raw(raw: Raw, inv: Path, problems: Problems) -> Draft:
         ok_name, _ = check_value(entry.name, ShortName, prefix, problems)
         values = _validate_keys(entry.vars, GROUP_KEYS[entry.group], prefix, problems, host_level=True)
         _one_port(entry.vars, prefix, problems)
+        # What Ansible dials this host with: `all`'s connection variables under the host's own (a
+        # port or key file written once for the site applies to every node, as in Ansible).
+        dialled = {**_ansible_vars(raw.site), **entry.vars}
         if entry.group == SPARKS:
             draft.spark_names.append(entry.name)
             if "sparkctl_rank" in values:
@@ -392,8 +422,8 @@ def validate_raw(raw: Raw, inv: Path, problems: Problems) -> Draft:
                         mgmt_ip=values["ansible_host"],
                         fabric_ports=ports,
                         nvme_gib=values.get("sparkctl_nvme_gib"),
-                        hostvars=_ansible_vars(entry.vars),
-                        ssh_config_port=_ssh_config_port(entry.vars, inv, values["ansible_host"], entry.name),
+                        hostvars=_ansible_vars(dialled),
+                        ssh_config_port=_ssh_config_port(dialled, inv, values["ansible_host"], entry.name),
                     )
                 )
         else:
@@ -407,10 +437,11 @@ def validate_raw(raw: Raw, inv: Path, problems: Problems) -> Draft:
                     mtu=values["sparkctl_switch_mtu"],
                     l2mtu=values.get("sparkctl_switch_l2mtu"),
                     ports=values["sparkctl_switch_ports"],
-                    hostvars=_ansible_vars(entry.vars),
-                    ssh_config_port=_ssh_config_port(entry.vars, inv, values["ansible_host"], entry.name),
+                    hostvars=_ansible_vars(dialled),
+                    ssh_config_port=_ssh_config_port(dialled, inv, values["ansible_host"], entry.name),
                 )
     draft.nodes.sort(key=lambda n: n.rank)
+    draft.groups = topology.resolve_groups(draft, problems)
     return draft
 
 
@@ -447,7 +478,13 @@ def load_inventory(path: Path | str, *, vault_password_file: Path | str | None =
             f"inventory {inv} {what}", hint="pass the inventory directory with --inventory/-i DIR"
         )
     problems = Problems()
-    raw = read_raw(inv, problems, vault_password_file)
+    ticket = inventory_cache.lookup(inv, vault_password_file)
+    if ticket.raw is not None:
+        raw, kept = _raw_from(ticket.raw), None
+    else:
+        raw = read_raw(inv, problems, vault_password_file)
+        # as plain data now, before validation touches it
+        kept = None if problems.items else inventory_cache.plain(_raw_doc(raw))
     draft = validate_raw(raw, inv, problems)
     warnings = run_checks(draft, problems)
     problems.drop_missing_where_reported()
@@ -457,7 +494,7 @@ def load_inventory(path: Path | str, *, vault_password_file: Path | str | None =
     mgmt: Mgmt = site["sparkctl_mgmt"]
     api_allow = site["sparkctl_api_allow"]
     secrets = {k: v.with_base(inv) for k, v in site["sparkctl_secrets"].items()}
-    return Cluster(
+    cluster = Cluster(
         name=site["sparkctl_cluster_name"],
         inventory_dir=inv,
         profile=draft.profile,
@@ -478,4 +515,30 @@ def load_inventory(path: Path | str, *, vault_password_file: Path | str | None =
         ssh_user=draft.ansible["ansible_user"],
         known_hosts=_known_hosts(draft.ansible.get("ansible_ssh_common_args"), inv),
         warnings=warnings,
+        topology=site["sparkctl_topology"],
+        groups=draft.groups,
+        router=site["sparkctl_router"],
+    )
+    if kept is not None:
+        switch = None if cluster.switch is None else [cluster.switch.name, str(cluster.switch.type)]
+        ticket.keep(kept, {"nodes": [[n.name, n.rank] for n in cluster.nodes], "switch": switch})
+    return cluster
+
+
+def _raw_doc(raw: Raw) -> dict[str, Any]:
+    """``raw`` as plain data, for the cache (``_raw_from`` reads it back)."""
+    return {
+        "site": raw.site,
+        "hosts": [[h.name, h.group, h.vars] for h in raw.hosts.values()],
+        "origins": raw.origins,
+        "vaulted": sorted(raw.vaulted),
+    }
+
+
+def _raw_from(doc: dict[str, Any]) -> Raw:
+    return Raw(
+        site=doc["site"],
+        hosts={name: HostEntry(name, group, values) for name, group, values in doc["hosts"]},
+        origins=doc["origins"],
+        vaulted=set(doc["vaulted"]),
     )

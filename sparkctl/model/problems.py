@@ -133,7 +133,8 @@ def from_validation_error(
             out.append(Problem(path, fe.what, fe.todo))
             continue
         if kind == "missing":
-            out.append(Problem(path, "missing", "add it (inventory/example shows every key, commented)"))
+            out.append(Problem(path, "missing", "add it (the example site shows every key, commented: "
+                                                "`sparkctl init --example DIR`)"))
         elif kind == "extra_forbidden":
             key = str(loc[-1]) if loc else "?"
             names = ", ".join(known_keys) if known_keys else ""

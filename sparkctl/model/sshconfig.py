@@ -99,12 +99,65 @@ def port_from_vars(hostvars: Mapping[str, Any]) -> int | None:
     return None
 
 
-def abs_path(path: Path, base: Path) -> Path:
-    path = path.expanduser()
-    if path.is_absolute() or path.exists():
-        return path
-    candidate = base / path
-    return candidate if candidate.exists() else path
+def controller_path(path: Path | str, inventory_dir: Path) -> Path:
+    """A file on the controller the inventory names (known_hosts, a key file, an ssh_config, a
+    secret file): ``~`` expanded, a relative path read from the inventory directory — never from
+    wherever sparkctl was started (the one rule; ``ssh.targets``, ``validate`` and the vars plugin,
+    which hands Ansible the absolute paths, all use it)."""
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else Path(inventory_dir).absolute() / path
+
+
+abs_path = controller_path
+
+# The ssh options whose value is a file on the controller.
+_PATH_OPTIONS = ("userknownhostsfile", "identityfile", "globalknownhostsfile")
+_PATH_FLAGS = ("-i", "-F")
+
+
+def _absolute_words(value: str, inventory_dir: Path) -> str:
+    # several files, space-separated (UserKnownHostsFile a b); ssh's none and %-tokens stay as written
+    return " ".join(w if w.lower() == "none" or "%" in w or w.startswith("/")
+                    else str(controller_path(w, inventory_dir)) for w in value.split())
+
+
+def absolute_ssh_args(args: str, inventory_dir: Path) -> str | None:
+    """``args`` (an ``ansible_ssh_common_args``-style string) with every relative file path of its
+    ``-o UserKnownHostsFile/IdentityFile``, ``-i`` and ``-F`` made absolute by ``controller_path``,
+    so ssh reads the same file whatever its working directory; None when nothing is relative (or
+    the string is a template, or cannot be split)."""
+    if "{{" in args:
+        return None
+    try:
+        words = shlex.split(args)
+    except ValueError:
+        return None
+    out: list[str] = []
+    changed = False
+    i = 0
+    while i < len(words):
+        word = words[i]
+        flag = word[:2]
+        if flag == "-o" or flag in _PATH_FLAGS:
+            inline = len(word) > 2
+            value = word[2:] if inline else (words[i + 1] if i + 1 < len(words) else None)
+            if value is None:
+                out.append(word)
+                break
+            new = value
+            if flag == "-o":
+                key, sep, rest = value.partition("=") if "=" in value else value.partition(" ")
+                if key.strip().lower() in _PATH_OPTIONS and rest.strip():
+                    new = f"{key}{sep}{_absolute_words(rest.strip(), inventory_dir)}"
+            else:
+                new = _absolute_words(value, inventory_dir)
+            changed |= new != value
+            out += [flag + new] if inline else [flag, new]
+            i += 1 if inline else 2
+            continue
+        out.append(word)
+        i += 1
+    return shlex.join(out) if changed else None
 
 
 def config_files(hostvars: Mapping[str, Any], inventory_dir: Path) -> tuple[Path, ...]:

@@ -160,18 +160,27 @@ def safe_rel(rel, where):
     return rel
 
 
-def read_overlay_manifest(path):
-    """``{rel: {"before_sha256": hex | None, "after_sha256": hex}}`` from ``path``, validated."""
+def read_json_object(path, missing, unreadable, wanted, error=KitError, where=None):
+    """The non-empty JSON object in ``path``; otherwise ``error`` raised with ``missing``, ``unreadable
+    (why)`` or ``wanted`` (what the file should hold), each after ``where`` (default: the path)."""
+    where = where or path
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except FileNotFoundError:
-        raise KitError(path + ": overlay manifest missing") from None
+        raise error(f"{where}: {missing}") from None
     except (OSError, ValueError) as exc:
-        raise KitError(f"{path}: unreadable overlay manifest ({exc})") from None
+        raise error(f"{where}: {unreadable} ({exc})") from None
     if not isinstance(doc, dict) or not doc:
-        raise KitError(path + ": not an overlay manifest (want a non-empty {\"<rel>\": {before_sha256, "
-                       "after_sha256}} object)")
+        raise error(f"{where}: {wanted}")
+    return doc
+
+
+def read_overlay_manifest(path):
+    """``{rel: {"before_sha256": hex | None, "after_sha256": hex}}`` from ``path``, validated."""
+    doc = read_json_object(path, "overlay manifest missing", "unreadable overlay manifest",
+                           "not an overlay manifest (want a non-empty {\"<rel>\": {before_sha256, "
+                           "after_sha256}} object)")
     out = {}
     for rel, entry in doc.items():
         safe_rel(rel, path)

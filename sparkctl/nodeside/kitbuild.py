@@ -124,15 +124,9 @@ def current(root, version, image_id, steps):
 
 
 def read_bundle_manifest(path, where):
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except FileNotFoundError:
-        raise BuildError(where + ": missing") from None
-    except (OSError, ValueError) as exc:
-        raise BuildError(f"{where}: unreadable ({exc})") from None
-    if not isinstance(doc, dict) or not doc:
-        raise BuildError(where + ": want a non-empty {\"<name>\": \"<sha256>\"} object")
+    doc = nk.read_json_object(path, "missing", "unreadable",
+                              "want a non-empty {\"<name>\": \"<sha256>\"} object",
+                              error=BuildError, where=where)
     for name, digest in doc.items():
         if not isinstance(digest, str) or not nk.HEX64.match(digest):
             raise BuildError(f"{where}: {name}: {digest!r} is not 64 lowercase hex")

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sparkctl.errors import InputError
 from sparkctl.profiles import flags as sglang_flags
+from sparkctl.profiles.shape import Engram, FabricNeeds, Pad, StagedArtifact, shape_problems
 
 GIB = 1024**3
 
@@ -91,6 +92,11 @@ class Memory(_Strict):
     floor_gib: float = Field(2, ge=0, description="MemAvailable below this stops the ranks")
     engram_packed_gib: float = Field(47.21, ge=0, description="packed Engram shards per rank on NVMe")
     disk_margin_gib: float = Field(8, ge=0, description="free NVMe kept beyond checkpoint and shards")
+    # A bound on the prefill transient that the profile's own code enforces (Mia's chunked indexer,
+    # DSV41_INDEXER_CHUNKED=1: logits scored in row chunks of at most 2 GiB); null = the formula.
+    prefill_transient_cap_gib: float | None = Field(
+        None, gt=0, description="the transient's bound when the profile chunks the indexer; null = formula"
+    )
 
 
 # Names a marker's expected values may use, filled per rank from the rendered launch: the rank,
@@ -591,6 +597,21 @@ class Published(_Strict):
     prose: dict[int, float] = Field(default_factory=dict, description="concurrency -> tok/s")
     needle: list[Needle] = Field(default_factory=list)
     notes: str | None = None
+    # The measured samples behind a coding figure (concurrency -> samples); the figure is their mean.
+    coding_samples: dict[int, list[float]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _samples_make_the_figure(self) -> Published:
+        for level, samples in self.coding_samples.items():
+            if level not in self.coding:
+                raise ValueError(f"coding_samples.{level}: no coding figure at concurrency {level}")
+            if not samples:
+                raise ValueError(f"coding_samples.{level}: no samples")
+            mean = sum(samples) / len(samples)
+            if round(mean, 2) != round(self.coding[level], 2):
+                raise ValueError(f"coding_samples.{level}: the samples average {mean:.2f}, "
+                                 f"not the published {self.coding[level]:g}")
+        return self
 
 
 class Simulator(_Strict):
@@ -657,6 +678,13 @@ class Profile(_Strict):
     kit: Kit | None = None
     image: ImageRequirement | None = None
     thermals: Thermals = Field(default_factory=lambda: Thermals.model_validate({}))
+    # What the profile needs of the site's shape (sparkctl.profiles.shape): the topologies it was
+    # published on, the model dimensions it pads, where the Engram tables live, and the files every
+    # node holds beside the image.
+    fabric: FabricNeeds = Field(default_factory=lambda: FabricNeeds.model_validate({}))
+    padding: list[Pad] = Field(default_factory=list)
+    engram: Engram = "nvme"
+    artifacts: list[StagedArtifact] = Field(default_factory=list)
 
     @field_validator("args")
     @classmethod
@@ -712,6 +740,16 @@ class Profile(_Strict):
                                  " in args to compare with")
         return self
 
+    @model_validator(mode="after")
+    def _check_shape(self) -> Profile:
+        problems = shape_problems(
+            tp=self.tp_size, ep=self.ep_size, padding=self.padding, fabric=self.fabric, env=self.env,
+            engram=self.engram, engram_packed_gib=self.memory.engram_packed_gib, artifacts=self.artifacts,
+        )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
     # -- values the rest of sparkctl reads ---------------------------------------------------
 
     def _int(self, flag: str, default: int | None = None) -> int:
@@ -764,9 +802,17 @@ class Profile(_Strict):
         return self.max_total_tokens * self.memory.kv_bytes_per_token_rank / GIB
 
     @property
+    def resident_weights_gib(self) -> float:
+        """Weights per rank with the padding the publisher states apart from them."""
+        return self.memory.weights_gib_per_rank + sum(p.gib_per_rank or 0 for p in self.padding)
+
+    @property
     def prefill_transient_gib(self) -> float:
-        """Peak indexer transient of one prefill chunk at the full context, per rank."""
-        return self.memory.prefill_transient_bytes_per_token2 * self.chunk * self.context_length / GIB
+        """Peak indexer transient of one prefill chunk at the full context, per rank (at most the
+        profile's own bound, where it chunks the indexer)."""
+        formula = self.memory.prefill_transient_bytes_per_token2 * self.chunk * self.context_length / GIB
+        cap = self.memory.prefill_transient_cap_gib
+        return formula if cap is None else min(formula, cap)
 
     @property
     def static_pool_gib(self) -> float:
@@ -779,16 +825,16 @@ class Profile(_Strict):
         if self.memory.outside_pool_limit_gib is not None:
             return self.memory.outside_pool_limit_gib
         m = self.memory
-        return m.unified_gib - m.floor_gib - m.weights_gib_per_rank - self.kv_pool_gib
+        return m.unified_gib - m.floor_gib - self.resident_weights_gib - self.kv_pool_gib
 
     def memory_problems(self) -> list[str]:
         """Why this profile cannot fit a node, with the arithmetic; empty when it fits."""
         m = self.memory
         problems = []
-        need = m.weights_gib_per_rank + self.kv_pool_gib
+        need = self.resident_weights_gib + self.kv_pool_gib
         if need > self.static_pool_gib:
             problems.append(
-                f"KV pin does not fit: weights {m.weights_gib_per_rank:.2f} GiB + KV "
+                f"KV pin does not fit: weights {self.resident_weights_gib:.2f} GiB + KV "
                 f"{self.max_total_tokens:,} tokens x {m.kv_bytes_per_token_rank} B = "
                 f"{self.kv_pool_gib:.2f} GiB "
                 f"= {need:.2f} GiB > static pool {m.unified_gib} GiB x {self.mem_fraction_static} = "
@@ -806,7 +852,7 @@ class Profile(_Strict):
 
     def max_kv_tokens(self) -> int:
         """Largest --max-total-tokens the static pool holds."""
-        room = (self.static_pool_gib - self.memory.weights_gib_per_rank) * GIB
+        room = (self.static_pool_gib - self.resident_weights_gib) * GIB
         return max(0, int(room // self.memory.kv_bytes_per_token_rank))
 
     def max_chunk(self) -> int:

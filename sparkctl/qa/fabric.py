@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from ipaddress import ip_address
 from typing import TYPE_CHECKING, Any
 
 # The NCCL all-reduce verdict (thresholds included) lives with the script that measures it.
 from sparkctl.qa.nccl_allreduce import verdict as nccl_verdict
+from sparkctl.render import fabric
 
 if TYPE_CHECKING:
     from sparkctl.model import Cluster
@@ -51,6 +53,8 @@ class PairRow:
     detail: str
     kind: str = "ok"        # ok · lossy · mtu · unreachable (the probe's classification)
     loss_pct: float = 0.0
+    dst_netdev: str = ""    # the peer's port (the matrix's; empty from a probe that does not say)
+    subnet: str = ""        # the link the ping crossed (on a triangle, ring or pair: one cable)
 
 
 @dataclass
@@ -60,6 +64,13 @@ class Verdict:
     problems: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     passed: list[str] = field(default_factory=list)
+    # Node pairs with no direct path that the topology expects (a ring's opposite nodes): neither
+    # pinged nor failed, each with the reason.
+    absent: list[str] = field(default_factory=list)
+    absent_pairs: list[tuple[str, str]] = field(default_factory=list)
+    # The matrix the pings follow: (src, dst) -> the source port indexes pinged from (the table's
+    # cells; a pair the matrix leaves out has no direct path).
+    expected: dict[tuple[str, str], list[int]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -71,6 +82,7 @@ class Verdict:
             "problems": self.problems,
             "skipped": self.skipped,
             "passed": self.passed,
+            "absent": self.absent,
             "ports": [vars(p) for p in self.ports],
             "pairs": [vars(p) for p in self.pairs],
         }
@@ -103,8 +115,18 @@ def judge(
     """
     v = Verdict()
     mtu = int(cluster.fabric.mtu)
-    for name, why in sorted((unreachable or {}).items()):
-        v.problems.append(f"{name}: not reachable, fabric not checked ({why})")
+    dark = dict(unreachable or {})
+    rank = {n.name: n.rank for n in cluster.nodes}
+    for name in sorted(dark, key=lambda n: (rank.get(n, len(rank)), n)):
+        why = dark[name]  # the node's one line (ansible.failures), or a reason without its name
+        v.problems.append(f"{why} (its fabric was not checked)" if why.startswith(f"{name} ")
+                          else f"{name}: did not answer, its fabric was not checked: {why}")
+    # Only the nodes that answered say anything about the fabric: a node that did not answer is
+    # neither missing its RDMA devices nor the culprit of the pings to it.
+    answered = [n.name for n in cluster.nodes if n.name in probes and n.name not in dark]
+    if not answered:
+        v.skipped.append("every fabric check: skipped: no node answered")
+        return v
 
     any_rdma = any(bool(p.get("rdma")) for p in probes.values())
     # --- ports ----------------------------------------------------------------------------------
@@ -194,19 +216,30 @@ def judge(
                     detail=ping.get("detail", ""),
                     kind=str(ping.get("kind") or ("ok" if ping["ok"] else "unreachable")),
                     loss_pct=float(ping.get("loss_pct") or 0.0),
+                    dst_netdev=str(ping.get("dst_netdev") or ""),
+                    subnet=str(ping.get("subnet") or _shared_subnet(cluster, ping)),
                 )
             )
+    _judge_paths(cluster, v)
     allowed = float(cluster.fabric.max_loss_pct)
     for p in v.pairs:
         if p.kind == "lossy" and p.loss_pct <= allowed:
             v.passed.append(f"jumbo ping {p.src} {p.netdev} -> {p.dst}: lossy but within the allowed "
                             f"{allowed:g}%: {p.detail}")
-    failing = [p for p in v.pairs if not p.ok and not (p.kind == "lossy" and p.loss_pct <= allowed)]
+    for name in [n for n in dark if any(p.dst == n for p in v.pairs)]:
+        v.skipped.append(f"jumbo pings to {name}: skipped: it did not answer")
+    failing = [p for p in v.pairs if not p.ok and not (p.kind == "lossy" and p.loss_pct <= allowed)
+               and p.dst not in dark]
     port_mtu = {
         (name, str(port.get("netdev"))): port.get("mtu")
         for name, res in probes.items() for port in res.get("ports", []) if isinstance(port, dict)
     }
-    for half in sorted({p.half for p in failing}):
+    if fabric.cabled(cluster):
+        _judge_cables(cluster, v, failing, size, port_mtu, allowed)
+        failing_halves: list[int] = []
+    else:
+        failing_halves = sorted({p.half for p in failing})
+    for half in failing_halves:
         bad = [p for p in failing if p.half == half]
         total = [p for p in v.pairs if p.half == half]
         blame: Counter[str] = Counter()
@@ -222,19 +255,8 @@ def judge(
         for p in bad:
             netdev = p.netdev
             what = f"jumbo ping ({size} B, DF) {p.src} {netdev} -> {p.dst} {p.dst_ip}"
-            if p.kind == "mtu":
-                peer = cluster.node(p.dst)
-                peer_dev = str(peer.fabric_ports[half].netdev) if half < len(peer.fabric_ports) else "?"
-                v.problems.append(
-                    f"MTU broken: {what}: {p.detail}; host MTU {p.src} {netdev}="
-                    f"{port_mtu.get((p.src, netdev), '?')}, {p.dst} {peer_dev}="
-                    f"{port_mtu.get((p.dst, peer_dev), '?')} (want {mtu}), then the switch ports between them"
-                )
-            elif p.kind == "lossy":
-                v.problems.append(f"lossy: {what}: {p.detail}, above the {allowed:g}% "
-                                  "sparkctl_fabric.max_loss_pct allows")
-            else:
-                v.problems.append(f"unreachable: {what}: {p.detail}")
+            v.problems.append(_ping_problem(cluster, p, what, port_mtu, allowed,
+                                            "then the switch ports between them"))
         if culprits:
             name = culprits[0]
             node = cluster.node(name)
@@ -243,13 +265,19 @@ def judge(
                 f"likely culprit: {_where(cluster, name, netdev)} — "
                 "every jumbo ping to or from it on this half fails"
             )
-    if v.pairs and not failing:
-        v.passed.append(f"jumbo ping ({size} B, DF): all {len(v.pairs)} ordered pairs over every half")
+    checked = [p for p in v.pairs if p.dst not in dark]
+    if checked and not failing:
+        over = ("pings over every cable, both directions" if fabric.cabled(cluster)
+                else "ordered pairs over every half")
+        v.passed.append(f"jumbo ping ({size} B, DF): all {len(checked)} {over}"
+                        + (" between the nodes that answered" if dark else ""))
 
     # --- RoCE v2 GID index -----------------------------------------------------------------------
     if not any_rdma:
         hcas = sorted({str(p.hca) for n in cluster.nodes for p in n.fabric_ports})
-        why = f"no RDMA device ({', '.join(hcas)} absent on every node)"
+        on = ("every node" if len(answered) == len(cluster.nodes)
+              else f"{', '.join(answered)}, the nodes that answered")
+        why = f"no RDMA device ({', '.join(hcas)} absent on {on})"
         v.skipped.append(f"RoCE v2 GID index: skipped: {why}")
         v.skipped.append(f"ib_write_bw per pair: skipped: {why}")
         v.skipped.append(f"NCCL all-reduce bus bandwidth: skipped: {why}")
@@ -281,6 +309,82 @@ def judge(
         return v
     _judge_rdma(cluster, v, rdma)
     return v
+
+
+def _ping_problem(cluster: Cluster, p: PairRow, what: str, port_mtu: dict[tuple[str, str], Any],
+                  allowed: float, beyond: str) -> str:
+    """One failed jumbo ping, worded by the probe's classification."""
+    if p.kind == "mtu":
+        peer_dev = p.dst_netdev
+        if not peer_dev:
+            ports = cluster.node(p.dst).fabric_ports
+            peer_dev = str(ports[p.half].netdev) if p.half < len(ports) else "?"
+        want = int(cluster.fabric.mtu)
+        return (f"MTU broken: {what}: {p.detail}; host MTU {p.src} {p.netdev}="
+                f"{port_mtu.get((p.src, p.netdev), '?')}, {p.dst} {peer_dev}="
+                f"{port_mtu.get((p.dst, peer_dev), '?')} (want {want}), {beyond}")
+    if p.kind == "lossy":
+        return f"lossy: {what}: {p.detail}, above the {allowed:g}% sparkctl_fabric.max_loss_pct allows"
+    return f"unreachable: {what}: {p.detail}"
+
+
+def _shared_subnet(cluster: Cluster, ping: dict[str, Any]) -> str:
+    """The fabric subnet holding both ends of a ping the probe did not label ('' where none does)."""
+    try:
+        src, dst = ip_address(str(ping.get("src"))), ip_address(str(ping.get("dst")))
+    except ValueError:
+        return ""
+    return next((str(net) for net in cluster.fabric.subnets if src in net and dst in net), "")
+
+
+def _judge_paths(cluster: Cluster, v: Verdict) -> None:
+    """The node pairs with no direct path: expected on a ring (said, not failed), a problem anywhere
+    else; and a ping the probe sent across one (a stale probe) is a problem too."""
+    for node in cluster.nodes:
+        for ping in fabric.pings(cluster, node):
+            v.expected.setdefault((node.name, ping.peer), []).append(ping.index)
+    for gap in fabric.no_direct_path(cluster):
+        a, b = gap.nodes
+        if gap.expected:
+            v.absent.append(f"{a} <-> {b}: no direct path, as expected: {gap.why}")
+            v.absent_pairs.append((a, b))
+        else:
+            v.problems.append(f"{a} <-> {b}: no direct path: {gap.why} (check sparkctl_fabric_ports' "
+                              "addresses against sparkctl_fabric.subnets)")
+        crossed = [p for p in v.pairs if {p.src, p.dst} == {a, b}]
+        if crossed and gap.expected:
+            v.problems.append(f"{a} <-> {b}: {len(crossed)} ping(s) sent where no cable runs: the probe did "
+                              "not follow the rendered matrix (re-run with this sparkctl's playbooks)")
+
+
+def _judge_cables(cluster: Cluster, v: Verdict, failing: list[PairRow], size: int,
+                  port_mtu: dict[tuple[str, str], Any], allowed: float) -> None:
+    """Failed pings on a cabled topology, per cable. One cable whose every ping fails in both
+    directions while the others pass is the likely culprit (the cable or its two ports); failures on
+    several cables that all involve one node, every ping of which fails, point at that node."""
+    order = {link.subnet: k for k, link in enumerate(fabric.links(cluster))}
+    for p in sorted(failing, key=lambda p: order.get(p.subnet, len(order))):
+        what = f"jumbo ping ({size} B, DF) {p.src} {p.netdev} -> {p.dst} {p.dst_netdev} {p.dst_ip}"
+        v.problems.append(_ping_problem(cluster, p, what, port_mtu, allowed, "then the cable"))
+    cables = {p.subnet for p in failing}
+    if len(cables) == 1 and cables <= set(order):
+        link = next(link for link in fabric.links(cluster) if link.subnet in cables)
+        total = [p for p in v.pairs if p.subnet == link.subnet]
+        if len(failing) == len(total) and len(link.ends) == 2:
+            a, b = link.ends
+            v.problems.append(
+                f"likely culprit: the cable {a.node} {a.netdev} - {b.node} {b.netdev} ({link.subnet}): "
+                "every jumbo ping over it fails in both directions (reseat or replace it; check both "
+                "ports' link)"
+            )
+        return
+    for node in cluster.nodes:
+        involving = [p for p in v.pairs if node.name in (p.src, p.dst)]
+        alone = all(node.name in (p.src, p.dst) for p in failing)
+        if involving and alone and all(p in failing for p in involving):
+            v.problems.append(f"likely culprit: {node.name} — every jumbo ping to or from it fails, on "
+                              "every one of its cables")
+            return
 
 
 def _judge_rdma(cluster: Cluster, v: Verdict, rdma: dict[str, dict[str, Any]]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkctl.ansible import results, runner
+from sparkctl.ansible import failures, results, runner
 from sparkctl.qa import fabric as fabric_check
 
 if TYPE_CHECKING:
@@ -24,10 +24,10 @@ def judge_run(cluster: Cluster, result: runner.RunResult) -> fabric_check.Verdic
     """Every node's probe, the switch's MTUs and the RDMA checks judged; a probe task that failed
     (not an unreachable node, which the judgement names) is a problem of its own, listed first."""
     probes = results.per_host(result, results.FABRIC_PROBE)
-    unreachable = {f.host: f.msg for f in result.failures if f.unreachable}
+    failed = failures.for_cluster(result.failures, cluster)
+    unreachable = {nf.host: nf.line() for nf in failed if nf.unreachable}
     rdma = {h: r or {} for h, r in results.per_host(result, results.FABRIC_RDMA).items()}
     verdict = fabric_check.judge(cluster, probes, _switch_mtus(result), unreachable, rdma or None)
-    for f in result.failures:
-        if not f.unreachable:
-            verdict.problems.insert(0, f"{f.host}: probe failed in '{f.task}': {f.msg}")
+    for nf in reversed([nf for nf in failed if not nf.unreachable]):
+        verdict.problems.insert(0, f"{nf.host}: probe {nf.reason()}")
     return verdict

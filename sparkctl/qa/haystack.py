@@ -1,13 +1,18 @@
-"""Needle-in-a-haystack prompts: pinned-seed filler, three planted records, sized by the served tokenizer.
+"""Long-context prompts: R4's published needle probe, and seeded filler for sizing other prompts.
 
-The prompt follows the published long-context probe: an instruction, ``RECORD alpha=…`` near the start,
-``RECORD beta=…`` in the middle, ``RECORD gamma=…`` at the end, and a request for the three values as
-JSON. The filler is ordinary words drawn from a fixed vocabulary by a seeded generator, so the same
-(seed, size) always gives the same bytes, and the evidence can be regenerated instead of stored.
+**The needle** is R4's retrieval probe (``validation/long-context.py``, whose prompts reproduce R4's
+published ``prompt_sha256`` at every size; ``sparkctl/qa/probes/r4.json`` holds each piece with its
+source): a ``[long-context <tag> size=<units>]`` line, the publisher's instruction, ``RECORD alpha=…``,
+``units // 2`` filler units of ``" the"``, ``RECORD beta=…``, the remaining units, ``RECORD gamma=…``
+and the publisher's question, one per line. The three eight-digit values come from
+``random.Random(units + 41)``, as published, so a size always has the same answer; the tag makes each
+run's prefix unique (no prefix-cache reuse across runs). R4 ran 32,768 / 131,072 / 299,000 filler
+units; a rung passes on the exact answer with ``units − 64 ≤ prompt_tokens ≤ units + 768`` (the
+server's own count) and room for the 256-token answer.
 
-Sizing never guesses the tokenizer: short calibration prompts are sent first and the server's own
-``usage.prompt_tokens`` gives tokens per filler word (a straight-line fit); every later answer feeds
-its count back into the fit.
+**Filler** (``filler``, ``TokenFit``) is ordinary words from a fixed vocabulary drawn by a seeded
+generator, sized against the server's own ``usage.prompt_tokens`` by a straight-line fit; the prefill
+sweep uses it. The needle does not: its sizes are the publisher's filler units.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
+from typing import Any
+
+from sparkctl.qa import probedata
 
 DEFAULT_SEED = 20260912
 
@@ -32,27 +40,6 @@ _WORDS = (
 )
 _VOCABULARY = _WORDS.split()
 
-INSTRUCTION = (
-    "Three records, named alpha, beta and gamma, are hidden in the text below. "
-    "Read all of the text carefully."
-)
-QUESTION = "Return the three recorded values as a JSON object with string values."
-KEYS = ("alpha", "beta", "gamma")
-
-
-@dataclass(frozen=True)
-class Haystack:
-    """One needle prompt and its expected answer."""
-
-    words: int
-    seed: int
-    prompt: str
-    expected: dict[str, str]
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.prompt.encode()).hexdigest()
-
 
 def filler(rng: random.Random, words: int) -> str:
     """``words`` words of filler as sentences of 6–14 words."""
@@ -65,27 +52,6 @@ def filler(rng: random.Random, words: int) -> str:
         out.append(" ".join(sentence) + ".")
         left -= n
     return " ".join(out)
-
-
-def build(words: int, seed: int = DEFAULT_SEED, label: str = "") -> Haystack:
-    """A haystack of ``words`` filler words with alpha/beta/gamma records at the start, middle and end."""
-    if words < 0:
-        raise ValueError("words must be >= 0")
-    rng = random.Random(seed * 1_000_003 + words)
-    expected = {key: f"{rng.randrange(10**7, 10**8)}" for key in KEYS}
-    first = words // 2
-    tag = f"[needle {label} size={words}]" if label else f"[needle size={words}]"
-    parts = [
-        tag,
-        INSTRUCTION,
-        f"RECORD alpha={expected['alpha']}.",
-        filler(rng, first),
-        f"RECORD beta={expected['beta']}.",
-        filler(rng, words - first),
-        f"RECORD gamma={expected['gamma']}.",
-        QUESTION,
-    ]
-    return Haystack(words=words, seed=seed, prompt=" ".join(p for p in parts if p), expected=expected)
 
 
 @dataclass
@@ -124,36 +90,123 @@ class TokenFit:
         return max(0, round((target_tokens - intercept) / slope))
 
 
-# R4's long-context probe accepts a rung when ``size − 64 ≤ prompt_tokens ≤ size + 768``: the filler is
-# sized in units, and the template, instruction and records add a few hundred tokens on top.
-BELOW = 64
-ABOVE = 768
-# Where sizing aims inside that window: its middle, so a small misfit either way still counts.
-AIM_ABOVE = (ABOVE - BELOW) // 2
 
 
-def window(target_tokens: int) -> tuple[int, int]:
-    """The prompt sizes that count as the ``target_tokens`` rung (R4: −64/+768 tokens)."""
-    return target_tokens - BELOW, target_tokens + ABOVE
+# ------------------------------------------------------------------------------- R4's needle probe
+def _spec() -> dict[str, Any]:
+    spec: dict[str, Any] = probedata.r4()["needle"]
+    return spec
 
 
-def within(target_tokens: int, prompt_tokens: int) -> bool:
-    low, high = window(target_tokens)
+FILLER_UNIT: str = _spec()["filler_unit"]
+KEYS: tuple[str, ...] = tuple(_spec()["keys"])
+PUBLISHED_SIZES: tuple[int, ...] = tuple(int(n) for n in _spec()["sizes"])
+# A rung counts when ``units − BELOW ≤ prompt_tokens ≤ units + ABOVE`` (R4's window): the template,
+# instruction and records add about a hundred tokens to the filler units.
+BELOW: int = int(_spec()["below"])
+ABOVE: int = int(_spec()["above"])
+MAX_TOKENS: int = int(_spec()["max_tokens"])
+
+
+@dataclass(frozen=True)
+class Needle:
+    """One needle prompt and its expected answer."""
+
+    units: int  # filler units of " the"
+    tag: str
+    prompt: str
+    expected: dict[str, str]
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.prompt.encode()).hexdigest()
+
+
+def expected(units: int) -> dict[str, str]:
+    """The three recorded values at ``units`` (R4: ``random.Random(units + 41)``, eight digits each)."""
+    spec = _spec()
+    rng = random.Random(units + int(spec["seed_offset"]))
+    return {key: str(rng.randrange(int(spec["value_low"]), int(spec["value_high"]))) for key in KEYS}
+
+
+def build(units: int, tag: str) -> Needle:
+    """R4's long-context prompt at ``units`` filler units, with ``tag`` in its first line."""
+    if units < 0:
+        raise ValueError("units must be >= 0")
+    if "\n" in tag or "]" in tag:
+        raise ValueError(f"needle tag {tag!r} may not hold a newline or ']'")
+    spec = _spec()
+    values = expected(units)
+    first = units // 2
+    lines = [
+        spec["head"].format(tag=tag, size=units),
+        spec["instruction"],
+        f"RECORD {KEYS[0]}={values[KEYS[0]]}",
+        FILLER_UNIT * first,
+        f"RECORD {KEYS[1]}={values[KEYS[1]]}",
+        FILLER_UNIT * (units - first),
+        f"RECORD {KEYS[2]}={values[KEYS[2]]}",
+        spec["question"],
+    ]
+    prompt = "\n".join(lines)  # one piece per line; the filler lines start with their blank
+    return Needle(units=units, tag=tag, prompt=prompt, expected=values)
+
+
+def window(units: int) -> tuple[int, int]:
+    """The prompt sizes that count for a rung of ``units`` filler units (R4: −64/+768 tokens)."""
+    return units - BELOW, units + ABOVE
+
+
+def within(units: int, prompt_tokens: int) -> bool:
+    low, high = window(units)
     return low <= prompt_tokens <= high
 
 
-def ladder(context_length: int, published: list[int] | None = None, reserve: int = 1024) -> list[int]:
-    """Token targets for the needle ladder, each leaving ``reserve`` tokens for the answer and template.
+@dataclass(frozen=True)
+class Verdict:
+    """A rung judged as R4 judges it."""
 
-    ``published`` rungs (a profile's measured points) are used when they fit the context; without them
-    the ladder is three points scaled to the context: about 1/32, 1/8 and 3/10 of it (the published
-    R4 shape: 32,870 / 131,174 / 299,102 of 1M), then the context itself.
+    found: bool  # the answer equals the expected records exactly
+    sized: bool  # prompt_tokens inside the −64/+768 window
+    fits: bool  # prompt_tokens + the answer budget within the served context
+    passed: bool
+
+
+def judge(
+    units: int, answer: dict[str, Any] | None, prompt_tokens: int, context_length: int | None
+) -> Verdict:
+    """R4's rung verdict: exact answer, prompt tokens in the window, and room for the 256-token answer.
+
+    R4's script checks ``prompt_tokens + 256 <= 300,000`` (the context its engine served); sparkctl
+    checks against the served context length when the server reports one, else R4's figure.
     """
-    limit = context_length - reserve
-    if limit <= 0:
-        raise ValueError(f"context length {context_length} leaves no room for a needle prompt")
+    budget = context_length if context_length else int(_spec()["context_budget"])
+    found = answer == expected(units)
+    sized = within(units, prompt_tokens)
+    fits = prompt_tokens + MAX_TOKENS <= budget
+    return Verdict(found, sized, fits, found and sized and fits)
+
+
+def rungs(context_length: int, longer: list[int] | None = None) -> tuple[list[int], bool]:
+    """(filler-unit sizes for this context, whether they are R4's published sizes).
+
+    R4's sizes are used where they fit (``units + 768 + 256 ≤ context``). A profile's published needle
+    longer than R4's longest prompt (``longer``, e.g. M1's 1,000,000) is added as filler units when it
+    fits too. When none of
+    R4's sizes fits (a small lab context), the three sizes are scaled by context / R4's served context
+    (1,000,000) and reported as scaled, never as R4's.
+    """
+    def fits(units: int) -> bool:
+        return units + ABOVE + MAX_TOKENS <= context_length
+
+    published = [n for n in PUBLISHED_SIZES if fits(n)]
     if published:
-        points = sorted({min(int(p), limit) for p in published if int(p) > 0})
-    else:
-        points = sorted({max(256, int(context_length * f)) for f in (1 / 32, 1 / 8, 3 / 10)} | {limit})
-    return [p for p in points if p <= limit]
+        beyond = max(int(c["prompt_tokens"]) for c in _spec()["published"]["cases"])
+        extra = sorted({int(n) for n in longer or () if int(n) > beyond and fits(int(n))})
+        return published + extra, True
+    served = int(_spec()["served_context"])
+    scaled = sorted({max(16, round(n * context_length / served)) for n in PUBLISHED_SIZES})
+    scaled = [n for n in scaled if fits(n)]
+    if not scaled:
+        raise ValueError(f"context length {context_length} leaves no room for a needle prompt")
+    return scaled, False

@@ -1,5 +1,7 @@
 """A PNG of the bench: sparkctl's bars next to every published figure of the same workload, each bar
-labelled with its source (R4 suite 1, R4 suite 2, M1), and "simulator" when the lab measured it."""
+labelled with its source (R4 suite 1, R4 suite 2, M1, the reference sets), and "simulator" when the lab
+measured it; the protocols each get a panel (the second suite after the long request, the arrival
+schedule's latencies, the A/B's differences with their range)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 MEASURED = "#2b6cb0"
-SOURCE_COLOURS = {"r4-s1": "#cbd5e0", "r4-s2": "#718096", "m1": "#ed8936"}
+SOURCE_COLOURS = {"r4-s1": "#cbd5e0", "r4-s2": "#718096", "m1": "#ed8936", "r4-sweep": "#a0aec0",
+                  "tony-rep1": "#9ae6b4", "tony-rep2": "#48bb78", "tony-exl3": "#c6f6d5",
+                  "tony-boot10": "#2f855a", "sg17-tp8": "#b794f4", "mia-tp3": "#f6ad55"}
 
 
 def measured_label(report: BenchReport) -> str:
@@ -67,7 +71,7 @@ def _grouped(
     ax.legend(fontsize=7, loc="upper left")
 
 
-def _decode_panel(ax: Axes, report: BenchReport, levels: list[LevelResult]) -> None:
+def _decode_panel(ax: Axes, report: BenchReport, levels: list[LevelResult], note: str = "") -> None:
     sources = pub.sources_used([f for lvl in levels for f in lvl.published])
     theirs: dict[str, list[float | None]] = {key: [] for key in sources}
     ticks, ours, spans = [], [], []
@@ -85,7 +89,43 @@ def _decode_panel(ax: Axes, report: BenchReport, levels: list[LevelResult]) -> N
     _grouped(ax, ticks, ours, spans, theirs, f"{measured_label(report)} (mean, min–max, ≤{n} samples)")
     w = levels[0].workload
     defs = dict.fromkeys(f"C{lvl.concurrency}: {lvl.definition}" for lvl in levels)
-    ax.set_title(f"{w.name} ({w.kind}, {w.max_tokens} tokens)\n{' · '.join(defs)}", fontsize=9)
+    ax.set_title(f"{w.name} ({w.kind}, {w.max_tokens} tokens){note}\n{' · '.join(defs)}", fontsize=9)
+
+
+def _arrivals_panel(ax: Axes, report: BenchReport) -> None:
+    result = report.arrivals or {}
+    latency = result.get("latency_s") or {}
+    keys = ("mean", "median", "p95")
+    bars = ax.bar(list(keys), [latency.get(k) or 0.0 for k in keys], color=MEASURED,
+                  label=measured_label(report))
+    ax.bar_label(bars, labels=[f"{latency[k]:.2f}" if k in latency else "—" for k in keys], fontsize=7)
+    ax.set_ylabel("request latency, s")
+    tps = result.get("throughput_tps")
+    for n, fig in enumerate(result.get("published") or []):  # R4's figures, for R4's own schedule only
+        ax.axhline(fig["mean_latency_s"], color=SOURCE_COLOURS["r4-s2"] if n else SOURCE_COLOURS["r4-s1"],
+                   linestyle="--", linewidth=1,
+                   label=f"{fig['label']} mean latency (published): {fig['mean_latency_s']} s, "
+                   f"{fig['throughput_tps']} tok/s")
+    ax.set_title(f"arrivals {str(result.get('sha256', ''))[:12]}… ({result.get('requests', 0)} requests)\n"
+                 f"throughput {tps if tps is not None else '—'} tok/s", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def _ab_panel(ax: Axes, report: BenchReport) -> None:
+    ab = report.ab or {}
+    rows = [d for d in ab.get("differences", []) if d.get("difference_pct") is not None]
+    values = [d["difference_pct"] for d in rows]
+    low = [max(0.0, v - d["difference_range_pct"][0]) for v, d in zip(values, rows, strict=True)]
+    high = [max(0.0, d["difference_range_pct"][1] - v) for v, d in zip(values, rows, strict=True)]
+    bars = ax.bar([d["value"] for d in rows], values, yerr=[low, high], capsize=3, color=MEASURED,
+                  label="lever − baseline mean (range: against either baseline arm)")
+    ax.bar_label(bars, labels=[f"{v:+.1f}%" for v in values], fontsize=7)
+    ax.axhline(0, color="#4a5568", linewidth=0.8)
+    ax.set_ylabel("difference, %")
+    ax.tick_params(axis="x", labelsize=7)
+    name = (ab.get("variant") or {}).get("name", "?")
+    ax.set_title(f"A/B: {name} ({' / '.join(ab.get('order', []))})", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
 
 
 def _prefill_panel(ax: Axes, report: BenchReport) -> None:
@@ -112,23 +152,34 @@ def ladder_figure(report: BenchReport) -> Figure:
     # Imported on use: matplotlib costs ~0.5 s to import (python -X importtime) and only bench draws.
     from matplotlib.figure import Figure
 
-    names = list(dict.fromkeys(lvl.workload.name for lvl in report.levels))
-    panels = len(names) + (1 if report.prefill and report.prefill.points else 0)
+    draw: list[Any] = []
+    after = " — before the long request" if report.after_levels else ""
+    for name in dict.fromkeys(lvl.workload.name for lvl in report.levels):
+        levels = [lvl for lvl in report.levels if lvl.workload.name == name]
+        draw.append(lambda ax, levels=levels: _decode_panel(ax, report, levels, after))
+    for name in dict.fromkeys(lvl.workload.name for lvl in report.after_levels):
+        levels = [lvl for lvl in report.after_levels if lvl.workload.name == name]
+        draw.append(lambda ax, levels=levels: _decode_panel(ax, report, levels, " — after the long request"))
+    if report.prefill and report.prefill.points:
+        draw.append(lambda ax: _prefill_panel(ax, report))
+    if report.arrivals:
+        draw.append(lambda ax: _arrivals_panel(ax, report))
+    if report.ab:
+        draw.append(lambda ax: _ab_panel(ax, report))
+    panels = len(draw)
     if not panels:
         raise ValueError("nothing was measured")
     fig = Figure(figsize=(max(8.0, 6.4 * panels), 5.2))
     axes = fig.subplots(1, panels, squeeze=False)[0]
-    for ax, name in zip(axes, names, strict=False):
-        _decode_panel(ax, report, [lvl for lvl in report.levels if lvl.workload.name == name])
-    if len(axes) > len(names):
-        _prefill_panel(axes[-1], report)
+    for ax, panel in zip(axes, draw, strict=True):
+        panel(ax)
     title = f"sparkctl bench — {report.model}"
     if report.profile:
         title += f" · profile {report.profile}"
     notes = []
     if report.simulator:
         notes.append("SIMULATOR (not real hardware): compare shapes, not values")
-    if not report.sources:
+    if not report.sources and not (report.arrivals and report.arrivals.get("published")):
         notes.append("no published figure matches these workloads")
     if notes:
         title += "\n" + " · ".join(notes)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import random
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,8 @@ from sparkctl.errors import InputError
 from sparkctl.qa import haystack
 from sparkctl.qa import published as pub
 from sparkctl.qa.endpoint import Endpoint
-from sparkctl.qa.request import RequestTiming, stats, stream_one
+from sparkctl.qa.quiet import Windows
+from sparkctl.qa.request import RequestTiming, StreamClient, stats, stream_client, stream_one
 
 BUDGET = 8  # completion tokens per prefill request (sparkDash)
 RESERVE = 1024  # tokens kept free under the context for the template and the answer
@@ -147,15 +148,40 @@ def _prompt(words: int, rng: random.Random) -> str:
     return f"[prefill {secrets.token_hex(8)}] {haystack.filler(rng, words)} {QUESTION}"
 
 
-async def _sweep(endpoint: Endpoint, result: PrefillResult, say: Callable[[str], None]) -> None:
-    client = endpoint.async_client(timeout=TIMEOUT_S)
+@dataclass
+class ColdPrefill:
+    """Cold prefills of given sizes one after another (sparkDash's per-trial prefills): a fresh
+    prefix each, the filler sized from the server's count of the previous one."""
+
+    rng: random.Random = field(default_factory=lambda: random.Random(SEED))
+    words_per_token: float = 0.5
+
+    async def send(self, client: StreamClient, model: str, tokens: int, max_tokens: int = BUDGET,
+                   extra: Mapping[str, Any] | None = None) -> RequestTiming:
+        words = max(1, round(tokens * self.words_per_token))
+        timing = await stream_one(client, model, _prompt(words, self.rng), max_tokens, extra)
+        if timing.ok and timing.prompt_tokens:
+            self.words_per_token = words / timing.prompt_tokens
+        return timing
+
+
+async def _sweep(
+    endpoint: Endpoint, result: PrefillResult, say: Callable[[str], None], windows: Windows
+) -> None:
+    client = stream_client(endpoint, TIMEOUT_S)
     rng = random.Random(SEED)
+
+    async def timed(prompt: str, budget: int) -> RequestTiming:
+        with windows.timed("prefill"):
+            return await stream_one(client, endpoint.model, prompt, budget)
+
     try:
         say("prefill warm-up")
-        await stream_one(client, endpoint.model, _prompt(WARMUP_TOKENS // 2, rng), BUDGET)
+        windows.checkpoint("before the prefill sweep", force=True)
+        await timed(_prompt(WARMUP_TOKENS // 2, rng), BUDGET)
         fit = haystack.TokenFit()
         for words in (200, 1600):
-            t = await stream_one(client, endpoint.model, _prompt(words, rng), 1)
+            t = await timed(_prompt(words, rng), 1)
             if t.error or not t.prompt_tokens:
                 for point in result.points:  # nothing can be sized: every point fails with the reason
                     if not point.skipped:
@@ -170,7 +196,8 @@ async def _sweep(endpoint: Endpoint, result: PrefillResult, say: Callable[[str],
                 continue
             say(f"prefill {point.size}")
             point.words = fit.words_for(point.aimed)
-            point.timing = await stream_one(client, endpoint.model, _prompt(point.words, rng), BUDGET)
+            windows.checkpoint(f"before prefill {point.size}")
+            point.timing = await timed(_prompt(point.words, rng), BUDGET)
             if point.timing.ok:
                 fit.add(point.words, point.timing.prompt_tokens)
     finally:
@@ -178,8 +205,10 @@ async def _sweep(endpoint: Endpoint, result: PrefillResult, say: Callable[[str],
 
 
 def run_prefill(
-    endpoint: Endpoint, sizes: Sequence[int], on_progress: Callable[[str], None] | None = None
+    endpoint: Endpoint, sizes: Sequence[int], on_progress: Callable[[str], None] | None = None,
+    windows: Windows | None = None,
 ) -> PrefillResult:
+    """The sweep; every request inside a timed window of ``windows`` (no GPU query meanwhile)."""
     result = PrefillResult(endpoint.context_length, plan(sizes, endpoint.context_length))
-    asyncio.run(_sweep(endpoint, result, on_progress or (lambda _text: None)))
+    asyncio.run(_sweep(endpoint, result, on_progress or (lambda _text: None), windows or Windows()))
     return result

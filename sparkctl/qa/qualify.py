@@ -1,15 +1,25 @@
 """The qualification suite: does the served model answer correctly, not only answer?
 
 Each check sends fixed requests to rank 0, judges the answers, and saves every request and response
-under the results directory (``<check>.json``). The prompts follow R4's published acceptance fixture
-(greedy, thinking off, 256-token budget) and its judging: exact answers (``17 × 19`` → ``"323"``,
-``{"answer": 42}``, the image colours as a JSON array), never "looks like text". The full suite runs
-the acceptance list (text, C8 arithmetic, one and four images, structured JSON, tool round trip)
-**before and after** the long-context ladder, as R4 did (``<check>-after.json``), then determinism.
-The tool check's value is an eight-digit number rather than R4's 42, so a coincidental 42 cannot pass.
+under the results directory (``<check>.json``). Requests are R4's (greedy, thinking off, 256-token
+budget) and so is the judging: exact answers (``17 × 19`` → ``"323"``, ``{"answer": 42}``), never
+"looks like text". The vision checks send R4's prompts with images sparkctl draws to R4's description
+(``images``: a 960×640 image with the printed code ``NORTH 7314``, a red square and a blue circle; four
+images with four printed codes) and compare the parsed JSON with R4's expected answers exactly; the
+needle is R4's long-context probe (``haystack``: ``" the"`` filler at 32,768 / 131,072 / 299,000 units,
+R4's instruction and record layout), judged on the exact records and the −64/+768 prompt-token window.
+Prompts and expected answers are read from ``sparkctl/qa/probes/r4.json``, which names their sources.
+The full suite runs the acceptance list (text, C8 arithmetic, one and four images, structured JSON,
+tool round trip) **before and after** the long-context ladder, as R4 did (``<check>-after.json``),
+then determinism. The tool check's value is an eight-digit number rather than R4's 42, so a
+coincidental 42 cannot pass.
 
 ``run_qualify(cluster, suite, results_dir)`` is the entry point other commands use (``up`` calls it as
 its last gate); ``qualify_endpoint`` does the same against a bare endpoint (tests, the simulator).
+As bench's suites (``idle``, R4's repeat client), ``run_qualify`` measures an idle server only: zero
+running and waiting requests before the first check, else ``BusyError`` and nothing run; with the
+boot watch's ``server_check``, ``/server_info`` must match the profile too; a server busy after
+the last check fails the run (``idle-after``: other requests shared the suite).
 
 Size: one module on purpose — every check is a small function over the same endpoint, report and
 JSON-reading helpers; split, each would only import all of them back.
@@ -28,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from sparkctl.errors import InputError
-from sparkctl.qa import haystack, images
+from sparkctl.qa import haystack, idle, images, probedata
 from sparkctl.qa.endpoint import Endpoint, for_cluster
 from sparkctl.qa.published import needle_points
 from sparkctl.qa.schema import validate
@@ -43,8 +53,8 @@ Suite = Literal["quick", "full"]
 ACCEPTANCE: dict[str, str] = {
     "text": 'text: 17 × 19 → "323" exactly',
     "arithmetic": "arithmetic at C8 (2 waves × 8 distinct)",
-    "image-one": "one image: colours left to right, exact",
-    "image-four": "four images: colours in order, exact",
+    "image-one": "one image: printed code and two shapes left to right, exact",
+    "image-four": "four images: printed codes in order, exact",
     "json": 'structured JSON: {"answer": 42} exactly',
     "tool": "tool call round trip",
 }
@@ -60,6 +70,7 @@ SUITES: dict[str, tuple[str, ...]] = {
     "full": tuple(CHECKS),
 }
 
+IDLE_AFTER = "idle-after"  # what ``failed`` names when the server was busy after the suite
 MAX_TOKENS = 256
 REQUEST_TIMEOUT_S = 600.0
 NEEDLE_TIMEOUT_S = 1200.0
@@ -114,6 +125,9 @@ class QualifyReport:
     seconds: float = 0.0
     checks: list[CheckResult] = field(default_factory=list)
     thermals: dict[str, Any] | None = None  # GPU maxima per node during the run, when sampled
+    idle: list[dict[str, Any]] = field(default_factory=list)  # the idle checks before and after
+    identity_checked: dict[str, Any] | None = None  # the /server_info fields compared with the profile
+    busy_after: str | None = None  # the server was not idle after the suite: the run failed
 
     @property
     def passed(self) -> bool:
@@ -121,7 +135,8 @@ class QualifyReport:
 
     @property
     def failed(self) -> list[str]:
-        return [c.name for c in self.checks if not c.passed and not c.skipped]
+        failed = [c.name for c in self.checks if not c.passed and not c.skipped]
+        return [*failed, IDLE_AFTER] if self.busy_after else failed
 
     @property
     def skipped(self) -> list[str]:
@@ -141,6 +156,9 @@ class QualifyReport:
             "seconds": round(self.seconds, 3),
             "checks": [asdict(c) for c in self.checks],
             "thermals": self.thermals,
+            "idle": self.idle,
+            "identity_checked": self.identity_checked,
+            "busy_after": self.busy_after,
         }
 
 
@@ -163,8 +181,10 @@ class _Context:
     endpoint: Endpoint
     client: OpenAI
     evidence: _Evidence
-    needle_targets: list[int]
-    needle_seed: int
+    needle_units: list[int]
+    needle_tag: str
+    needle_published: bool  # the rungs are R4's filler sizes (else scaled to a small context)
+    needle_context: int | None = None  # the served context, when neither the server nor the profile says
 
     def chat(
         self, record: dict[str, Any] | None = None, timeout: float = REQUEST_TIMEOUT_S, **request: Any
@@ -255,43 +275,40 @@ def check_arithmetic(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
     return True, f"{total}/{total} exact at concurrency {len(ARITHMETIC)}", {}
 
 
+def _parse_answer(text: str) -> Any:
+    """The answer as JSON, a surrounding markdown fence removed (R4's client strips one the same way)."""
+    return json.loads(_strip_fence(text))
+
+
 def _image_check(
-    ctx: _Context, fixtures: list[images.ImageFixture], question: str, expected: list[str]
+    ctx: _Context, probe: dict[str, Any], fixtures: list[images.ImageFixture]
 ) -> tuple[bool, str, dict[str, Any]]:
-    """R4's image checks compare parsed JSON with the expected answer exactly (markdown fence stripped)."""
-    content: list[dict[str, Any]] = [
-        {"type": "image_url", "image_url": {"url": f.data_url()}} for f in fixtures
-    ]
-    content.append({"type": "text", "text": question})
+    """R4's vision check: its prompt first, then the images; the parsed JSON must equal its answer."""
+    content: list[dict[str, Any]] = [{"type": "text", "text": probe["prompt"]}]
+    content += [{"type": "image_url", "image_url": {"url": f.data_url()}} for f in fixtures]
     text = _text(ctx.chat(messages=_user(content)))
-    data = {"answer": text, "expected": expected}
+    expected = probe["expected"]
+    data = {
+        "answer": text,
+        "expected": expected,
+        "images": [{"number": f.number, "code": f.code, "sha256": f.sha256} for f in fixtures],
+        "probes_sha256": probedata.digest(),
+    }
     try:
-        value = json.loads(_strip_fence(text))
+        value = _parse_answer(text)
     except json.JSONDecodeError:
-        return False, f"not a JSON array: {_short(text)!r}", data
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        value = [v.strip().lower() for v in value]
+        return False, f"not JSON: {_short(text)!r}", data
     if value != expected:
         return False, f"answered {json.dumps(value)}, expected {json.dumps(expected)}", data
     return True, f"exact {json.dumps(value)}", data
 
 
 def check_image_one(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
-    fixture = images.one_image()
-    question = (
-        "Name the colour of each shape in this image from left to right. Return only a JSON array "
-        "of lower-case colour names."
-    )
-    return _image_check(ctx, [fixture], question, fixture.colours)
+    return _image_check(ctx, probedata.r4()["vision"]["single"], [images.one_image()])
 
 
 def check_image_four(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
-    fixtures = images.four_images()
-    question = (
-        f"Name the colour of the shape in each of the {len(fixtures)} images, in order. Return only a JSON "
-        f"array of {len(fixtures)} lower-case colour names."
-    )
-    return _image_check(ctx, fixtures, question, [c for f in fixtures for c in f.colours])
+    return _image_check(ctx, probedata.r4()["vision"]["four"], images.four_images())
 
 
 def check_json(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
@@ -355,95 +372,93 @@ def check_tool(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
     return True, f"lookup_fixture(key=alpha) → {TOOL_VALUE} → {_short(text, 48)!r}", {"answer": text}
 
 
-def _parse_records(text: str) -> dict[str, str] | None:
+def _parse_records(text: str) -> dict[str, Any] | None:
     try:
-        value = json.loads(_strip_fence(text))
+        value = _parse_answer(text)
     except json.JSONDecodeError:
-        match = re.search(r"\{.*\}", text, re.S)
-        if not match:
-            return None
-        try:
-            value = json.loads(match.group(0))
-        except json.JSONDecodeError:
-            return None
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def check_needle(ctx: _Context) -> tuple[bool, str, dict[str, Any]]:
-    if not ctx.needle_targets:
-        return False, "no needle targets (unknown context length)", {}
-    fit = haystack.TokenFit()
-    # Two short calibration prompts (1 output token each) give tokens per filler word; capped so a
-    # 1M-token ladder does not pay a long prefill just to learn the tokenizer.
-    smallest = min(ctx.needle_targets)
-    for words in sorted({min(2000, max(16, smallest // 16)), min(8000, max(64, smallest // 4))}):
-        hs = haystack.build(words, ctx.needle_seed, label="calibration")
-        resp = ctx.chat(record=_needle_record(hs, 1), messages=_user(hs.prompt), max_tokens=1)
-        fit.add(words, resp.usage.prompt_tokens)
+    """R4's long-context probe, one rung at a time, smallest first; a failed rung ends the ladder."""
+    if not ctx.needle_units:
+        return False, "no needle sizes (unknown context length)", {}
+    context = ctx.endpoint.context_length or ctx.needle_context
     rungs: list[dict[str, Any]] = []
-    for target in ctx.needle_targets:
-        rung: dict[str, Any] = {"target_tokens": target}
+    for units in ctx.needle_units:
+        needle = haystack.build(units, ctx.needle_tag)
+        rung: dict[str, Any] = {"filler_units": units, "window": list(haystack.window(units))}
         rungs.append(rung)
-        for attempt in range(1, 4):
-            hs = haystack.build(
-                fit.words_for(target + haystack.AIM_ABOVE), ctx.needle_seed, label=str(target)
+        start = time.perf_counter()
+        try:
+            resp = ctx.chat(
+                record=_needle_record(needle), messages=_user(needle.prompt), timeout=NEEDLE_TIMEOUT_S
             )
-            start = time.perf_counter()
-            try:
-                resp = ctx.chat(
-                    record=_needle_record(hs, MAX_TOKENS), messages=_user(hs.prompt), timeout=NEEDLE_TIMEOUT_S
-                )
-            except Exception as exc:
-                rung.update(passed=False, error=_short(_describe(exc), 160), words=hs.words)
-                break
-            seconds = time.perf_counter() - start
-            tokens = resp.usage.prompt_tokens
-            fit.add(hs.words, tokens)
-            answer = _parse_records(_text(resp))
-            rung.update(
-                words=hs.words,
-                prompt_tokens=tokens,
-                seconds=round(seconds, 3),
-                attempts=attempt,
-                window=list(haystack.window(target)),
-                sized=haystack.within(target, tokens),
-                found=answer == hs.expected,
-                answer=_short(_text(resp), 120),
-                expected=hs.expected,
-                haystack_sha256=hs.sha256,
-            )
-            if rung["sized"]:
-                break
-        rung["passed"] = bool(rung.get("sized") and rung.get("found"))
-        if not rung["passed"]:
+        except Exception as exc:
+            rung.update(passed=False, error=_short(_describe(exc), 160))
+            break
+        seconds = time.perf_counter() - start
+        tokens = resp.usage.prompt_tokens if resp.usage is not None else 0
+        text = _text(resp)
+        verdict = haystack.judge(units, _parse_records(text), tokens, context)
+        rung.update(
+            prompt_tokens=tokens,
+            seconds=round(seconds, 3),
+            sized=verdict.sized,
+            found=verdict.found,
+            fits=verdict.fits,
+            passed=verdict.passed,
+            answer=_short(text, 120),
+            expected=needle.expected,
+            prompt_sha256=needle.sha256,
+        )
+        if not verdict.passed:
             break  # larger rungs cost minutes on real hardware and would fail the same way
-    for target in ctx.needle_targets[len(rungs) :]:
-        rungs.append({"target_tokens": target, "passed": False, "skipped": "a smaller rung failed"})
+    for units in ctx.needle_units[len(rungs) :]:
+        rungs.append({"filler_units": units, "passed": False, "skipped": "a smaller rung failed"})
     ok = all(r["passed"] for r in rungs)
     parts = []
     for r in rungs:
         if "prompt_tokens" in r:
-            mark = "✓" if r["passed"] else ("wrong size" if not r["sized"] else "not found")
-            parts.append(f"{r['prompt_tokens']:,} {mark} {r['seconds']:.1f}s")
+            mark = "✓" if r["passed"] else _needle_fault(r)
+            tokens = f"{r['filler_units']:,} units → {r['prompt_tokens']:,} tokens"
+            parts.append(f"{tokens} {mark} {r['seconds']:.1f}s")
         else:
-            parts.append(f"{r['target_tokens']:,} {r.get('error') or 'skipped'}")
-    return ok, " · ".join(parts), {"rungs": rungs, "seed": ctx.needle_seed, "fit": fit.samples}
+            parts.append(f"{r['filler_units']:,} units {r.get('error') or 'skipped'}")
+    if not ctx.needle_published:
+        parts.append("sizes scaled to the context, not R4's")
+    data = {
+        "rungs": rungs,
+        "tag": ctx.needle_tag,
+        "published_sizes": ctx.needle_published,
+        "probes_sha256": probedata.digest(),
+    }
+    return ok, " · ".join(parts), data
 
 
-def _needle_record(hs: haystack.Haystack, max_tokens: int) -> dict[str, Any]:
-    """The evidence form of a needle request: the haystack is regenerated from (seed, words), not stored."""
-    head, tail = hs.prompt[:240], hs.prompt[-240:]
+def _needle_fault(rung: dict[str, Any]) -> str:
+    if not rung["found"]:
+        return "wrong answer"
+    if not rung["sized"]:
+        return "outside −64/+768"
+    return "no room for the answer"
+
+
+def _needle_record(needle: haystack.Needle) -> dict[str, Any]:
+    """The evidence form of a needle request: the prompt is regenerated from (units, tag), not stored."""
+    head, tail = needle.prompt[:240], needle.prompt[-240:]
     return {
         "messages": [
-            {"role": "user", "content": f"{head} … [{len(hs.prompt):,} characters elided] … {tail}"}
+            {"role": "user", "content": f"{head} … [{len(needle.prompt):,} characters elided] … {tail}"}
         ],
-        "max_tokens": max_tokens,
-        "haystack": {
-            "seed": hs.seed,
-            "words": hs.words,
-            "sha256": hs.sha256,
-            "expected": hs.expected,
-            "regenerate": "sparkctl.qa.haystack.build(words, seed, label)",
+        "max_tokens": MAX_TOKENS,
+        "needle": {
+            "filler_units": needle.units,
+            "tag": needle.tag,
+            "sha256": needle.sha256,
+            "expected": needle.expected,
+            "regenerate": "sparkctl.qa.haystack.build(filler_units, tag)",
         },
     }
 
@@ -511,17 +526,24 @@ def qualify_endpoint(
     endpoint: Endpoint,
     suite: str,
     results_dir: Path,
-    needle_targets: Sequence[int] = (),
-    needle_seed: int = haystack.DEFAULT_SEED,
+    needle_units: Sequence[int] = (),
+    needle_tag: str | None = None,
+    needle_published: bool = True,
+    needle_context: int | None = None,
     on_progress: ProgressFn | None = None,
     checks: Sequence[str] | None = None,
     skip: Mapping[str, str] | None = None,
     thermals: Callable[[], dict[str, Any]] | None = None,
+    idle_checks: bool = False,
+    server_check: idle.Compare | None = None,
 ) -> QualifyReport:
     """Run ``suite`` (or the named ``checks``) against ``endpoint``; evidence goes into ``results_dir``.
 
     ``skip`` maps a check to the reason it does not apply to this server (it is reported, not run).
-    ``thermals`` gives the GPU maxima seen during the run, recorded in report.json.
+    ``thermals`` gives the GPU maxima seen during the run, recorded in report.json. ``idle_checks``:
+    refuse a busy server before the first check (``idle.BusyError``, nothing written) and fail the
+    run on one busy after the last; ``server_check`` (with them): refuse a ``/server_info`` that
+    differs from the profile.
     """
     if suite not in SUITES:
         raise InputError(f"unknown suite {suite!r}", hint=f"choose one of: {', '.join(SUITES)}")
@@ -529,6 +551,14 @@ def qualify_endpoint(
     unknown = [n for n in names if n not in CHECKS]
     if unknown:
         raise InputError(f"unknown check(s): {', '.join(unknown)}", hint=f"checks: {', '.join(CHECKS)}")
+    before: list[dict[str, Any]] = []
+    identity_checked = None
+    if idle_checks:
+        before.append(idle.check_idle(endpoint, "before the qualify suite", verb="qualify"))
+        if server_check is not None:
+            identity_checked = idle.check_server(
+                endpoint, server_check, idle.IDENTITY_FIELDS, verb="qualify"
+            )
     results_dir.mkdir(parents=True, exist_ok=True)
     report = QualifyReport(
         suite=suite,
@@ -537,8 +567,12 @@ def qualify_endpoint(
         simulator=endpoint.simulator,
         results_dir=results_dir,
         started=datetime.now(UTC).isoformat(timespec="seconds"),
+        idle=before,
+        identity_checked=identity_checked,
     )
     client = endpoint.client(timeout=REQUEST_TIMEOUT_S)
+    # A fresh tag per run: R4 gave each run its own prefix, so no size reuses a cached prefix.
+    tag = needle_tag or f"sparkctl-{results_dir.name}"
     begin = time.perf_counter()
     for name in names:
         if skip and name in skip:
@@ -558,7 +592,9 @@ def qualify_endpoint(
         if on_progress:
             on_progress(name, None)
         evidence = _Evidence()
-        ctx = _Context(endpoint, client, evidence, list(needle_targets), needle_seed)
+        ctx = _Context(
+            endpoint, client, evidence, list(needle_units), tag, needle_published, needle_context
+        )
         start = time.perf_counter()
         try:
             passed, detail, data = _function(name)(ctx)
@@ -588,41 +624,58 @@ def qualify_endpoint(
         if on_progress:
             on_progress(name, result)
     report.seconds = time.perf_counter() - begin
+    if idle_checks:
+        record, report.busy_after = idle.after_suite(endpoint, "after the qualify suite")
+        report.idle.append(record)
     report.thermals = thermals() if thermals is not None else None
     summary = {**report.to_dict(), "server_info": endpoint.server_info}
     (results_dir / "report.json").write_text(json.dumps(summary, indent=2, default=str))
     return report
 
 
-def needle_targets(cluster: Cluster, endpoint: Endpoint) -> list[int]:
-    """The ladder for this cluster: the profile's published rungs, else points scaled to its context."""
-    context = endpoint.context_length
+def served_context(cluster: Cluster, endpoint: Endpoint) -> int | None:
+    """The served context length: the server's own, else the profile's ``--context-length``."""
     arg = cluster.profile.args.get("--context-length")
-    if context is None and arg:
-        context = int(str(arg))
+    return endpoint.context_length or (int(str(arg)) if arg else None)
+
+
+def needle_rungs(cluster: Cluster, endpoint: Endpoint) -> tuple[list[int], bool]:
+    """The needle sizes for this cluster (filler units) and whether they are R4's own sizes."""
+    context = served_context(cluster, endpoint)
     if context is None:
-        return []
-    return haystack.ladder(context, needle_points(cluster.profile))
+        return [], True
+    return haystack.rungs(context, needle_points(cluster.profile))
 
 
 def run_qualify(
     cluster: Cluster, suite: str, results_dir: Path, on_progress: ProgressFn | None = None,
     thermals: Callable[[], dict[str, Any]] | None = None,
+    server_check: idle.Compare | None = None, endpoint: Endpoint | None = None,
 ) -> QualifyReport:
-    """Qualify the cluster's rank-0 endpoint; evidence under ``results_dir/qualify-<timestamp>/``.
+    """Qualify the cluster's rank-0 endpoint (or ``endpoint``: the site's router, ``--via-router``);
+    evidence under ``results_dir/qualify-<timestamp>/``.
 
     The report says whether every check passed (``report.passed``) and which failed (``report.failed``);
-    an unreachable endpoint raises ``UnhealthyError`` (exit 3), a refused key ``InputError``.
+    an unreachable endpoint raises ``UnhealthyError`` (exit 3), a refused key ``InputError``, a busy
+    server (or, with ``server_check``, one serving another configuration) ``idle.BusyError`` before
+    anything is sent (its results directory removed again: nothing measured, nothing kept).
     """
     if suite not in SUITES:
         raise InputError(f"unknown suite {suite!r}", hint=f"choose one of: {', '.join(SUITES)}")
-    endpoint = for_cluster(cluster)
-    targets = needle_targets(cluster, endpoint) if "needle" in SUITES[suite] else []
+    endpoint = endpoint or for_cluster(cluster)
+    units, published = needle_rungs(cluster, endpoint) if "needle" in SUITES[suite] else ([], True)
     skip = {}
     if not cluster.profile.args.get("--enable-multimodal"):
         reason = f"profile {cluster.profile.name} does not set --enable-multimodal"
         skip = {name: reason for name in CHECKS if name.removesuffix(AFTER) in ("image-one", "image-four")}
-    return qualify_endpoint(
-        endpoint, suite, new_results_dir(results_dir, "qualify"), targets, on_progress=on_progress, skip=skip,
-        thermals=thermals,
-    )
+    out = new_results_dir(results_dir, "qualify")
+    try:
+        return qualify_endpoint(
+            endpoint, suite, out, units, needle_published=published,
+            needle_context=served_context(cluster, endpoint),
+            on_progress=on_progress, skip=skip, thermals=thermals,
+            idle_checks=True, server_check=server_check,
+        )
+    except idle.BusyError:
+        out.rmdir()  # refused before the first check: the directory is still empty
+        raise

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sparkctl.render import common, facts, host, kit, monitoring, rank, switch
+from sparkctl.render import common, facts, groups, host, kit, monitoring, rank, router, switch
 from sparkctl.render.common import secret_mark
 from sparkctl.render.facts import cluster_facts, node_facts
 from sparkctl.render.rank import RankLaunch, rank_argv, rank_env, rank_launch
@@ -24,6 +24,7 @@ __all__ = [
     "cluster_facts",
     "common",
     "facts",
+    "groups",
     "host",
     "kit",
     "monitoring",
@@ -34,6 +35,7 @@ __all__ = [
     "rank_argv",
     "rank_env",
     "rank_launch",
+    "router",
     "secret_mark",
     "switch",
     "switch_config",
@@ -45,16 +47,19 @@ def node_files(cluster: Cluster, node: Node) -> tuple[dict[str, str], dict[str, 
     """Files sparkctl writes on one node (path -> text) and their modes (path -> octal string)."""
     files: dict[str, str] = {}
     modes: dict[str, str] = {}
+    # The rank's files come from the node's serving group (its profile, its ranks, its rendezvous);
+    # the host's (netplan, QoS, firewall, exporter) from the site.
+    gc, gn = groups.node_view(cluster, node) or (cluster, node)
 
     def put(path: str, text: str, mode: str) -> None:
         files[path] = text
         modes[path] = mode
 
-    put(common.RANK_UNIT_FILE, rank.rank_unit(cluster, node), "0644")
-    put(common.RANK_ENV_FILE, rank.rank_env_text(cluster, node), "0600")
-    if rank.has_rank_secrets(cluster):
-        put(common.RANK_SECRETS_FILE, rank.rank_secrets_text(cluster), "0600")
-    for path, text in kit.rendered_files(cluster).items():
+    put(common.RANK_UNIT_FILE, rank.rank_unit(gc, gn), "0644")
+    put(common.RANK_ENV_FILE, rank.rank_env_text(gc, gn), "0600")
+    if rank.has_rank_secrets(gc):
+        put(common.RANK_SECRETS_FILE, rank.rank_secrets_text(gc), "0600")
+    for path, text in kit.rendered_files(gc).items():
         put(path, text, "0644")
     put(common.NETPLAN_FILE, host.netplan(cluster, node), "0600")
     if cluster.fabric.host_qos:
@@ -64,15 +69,27 @@ def node_files(cluster: Cluster, node: Node) -> tuple[dict[str, str], dict[str, 
     put(common.FIREWALL_FILE, host.firewall(cluster, node), "0644")
     put(common.FIREWALL_UNIT_FILE, host.firewall_unit(cluster, node), "0644")
     put(monitoring.EXPORTER_UNIT_FILE, monitoring.exporter_unit(cluster, node), "0644")
+    if cluster.router is not None and cluster.router.node == node.name:
+        put(router.UNIT_FILE, router.unit(cluster), "0644")
     return files, modes
 
 
 def node_entry(cluster: Cluster, node: Node) -> dict[str, Any]:
-    """One node of the plan document."""
+    """One node of the plan document: its rank as its serving group runs it (on a site of several
+    groups, or of a group that leaves nodes out, also ``group``: the group's name, null on a spare
+    node). The NCCL check is the site's: `check fabric` tests the fabric across every node."""
     files, modes = node_files(cluster, node)
+    found = groups.node_view(cluster, node)
+    gc, gn = found or (cluster, node)
+    extra: dict[str, Any] = {}
+    if not groups.plain(cluster):
+        extra["group"] = None if found is None else gc.groups[0].name
+    if cluster.router is not None and cluster.router.node == node.name:
+        extra["router"] = router.entry(cluster)  # what the spark_router role installs here
     return {
-        **node_facts(cluster, node),
-        "rank_launch": rank.rank_launch(cluster, node).as_json(),
+        **node_facts(gc, gn),
+        **extra,
+        "rank_launch": rank.rank_launch(gc, gn).as_json(),
         "nccl_check": rank.nccl_check(cluster, node),
         "files": files,
         "file_modes": modes,
@@ -101,11 +118,20 @@ def switch_entry(cluster: Cluster) -> dict[str, Any]:
 
 
 def plan_document(cluster: Cluster, node: str | None = None) -> dict[str, Any]:
-    """The `sparkctl plan --json` document; with ``node``, only that node's entry."""
+    """The `sparkctl plan --json` document; with ``node``, only that node's entry.
+
+    A site of several serving groups (or of one that leaves nodes out) also lists ``groups``: each
+    group's name, profile, TP, nodes, head, rendezvous, API and start waves (design.md). A site of
+    one group of every node has no ``groups`` key: its document is what it always was."""
     nodes = [cluster.node(node)] if node is not None else list(cluster.nodes)
-    return {
+    doc: dict[str, Any] = {
         "cluster": cluster.name,
         "profile": cluster.profile.name,
         "nodes": [node_entry(cluster, n) for n in nodes],
         "switch": switch_entry(cluster),
     }
+    if not groups.plain(cluster):
+        doc["groups"] = [groups.group_entry(cluster, g) for g in cluster.groups]
+    if cluster.router is not None:
+        doc["router"] = router.entry(cluster)  # SGLang's gateway in front of the groups
+    return doc

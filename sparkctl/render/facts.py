@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sparkctl.render import fabric, groups
 from sparkctl.render.kit import kit_facts
-from sparkctl.render.rank import api_url, run_image, served_model_name, start_waves
+from sparkctl.render.rank import api_url, run_image, served_model_name
 
 if TYPE_CHECKING:  # annotations only: render never imports the model at run time
     from sparkctl.model.cluster import Cluster, Node
@@ -79,7 +80,8 @@ def cluster_facts(cluster: Cluster) -> dict[str, Any]:
         "venv_path": None if runtime.venv_path is None else str(runtime.venv_path),
         "head": cluster.head.name,
         # Rank waves in start order (workers, then rank 0): the role and the fast path of `up` read it.
-        "start_waves": start_waves(cluster),
+        # With several groups every group's workers, then every group's rank 0 (groups side by side).
+        "start_waves": groups.start_waves(cluster),
         "nodes": [node_facts(cluster, n) for n in cluster.nodes],
         "bootstrap_ips": {k: str(v) for k, v in cluster.bootstrap_ips.items()},
         "switch": switch,
@@ -91,6 +93,9 @@ def cluster_facts(cluster: Cluster) -> dict[str, Any]:
             "bootstrap_over": cluster.fabric.bootstrap_over,
             "stage_over_fabric": cluster.fabric.stage_over_fabric,
         },
+        # The fabric's links and the `check fabric` matrix (sparkctl.render.fabric): what each node's
+        # probe pings, and the node pairs with no direct path (a ring's opposite nodes).
+        "fabric_check": fabric.check_matrix(cluster),
         "ports": {
             "dist_init": cluster.ports.dist_init,
             "api": cluster.ports.api,
@@ -103,4 +108,12 @@ def cluster_facts(cluster: Cluster) -> dict[str, Any]:
         "memory": _memory(cluster),
         "disk_need_gib": disk_need_gib(cluster),
         "warnings": list(cluster.warnings),
+        **_groups(cluster),
     }
+
+
+def _groups(cluster: Cluster) -> dict[str, Any]:
+    """A site of several serving groups (or one leaving nodes out): ``groups``, each as in the plan."""
+    if groups.plain(cluster):
+        return {}
+    return {"groups": [groups.group_entry(cluster, g) for g in cluster.groups]}

@@ -7,16 +7,19 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from sparkctl.render import common as c
+from sparkctl.render import fabric, router
 
 if TYPE_CHECKING:  # annotations only: render never imports the model at run time
     from sparkctl.model.cluster import Cluster, Node
 
 
 def netplan(cluster: Cluster, node: Node) -> str:
-    """Static addresses and MTU on both PCIe halves of the fabric port; never the management iface.
+    """Static addresses and MTU on every fabric port; never the management iface.
 
-    No gateway, no routes, no DHCP: the fabric is one L2 segment per subnet and the default route
-    stays on the management network.
+    On a switch those are both PCIe halves of the cabled port; on a triangle, a ring or a pair the
+    port of each cable (each half of it that is addressed), and the file says which cable each
+    interface is. No gateway, no routes, no DHCP: the fabric is one L2 segment per subnet (one
+    cable, node to node) and the default route stays on the management network.
     """
     ethernets: dict[str, Any] = {}
     for port in node.fabric_ports:
@@ -32,7 +35,23 @@ def netplan(cluster: Cluster, node: Node) -> str:
         }
     doc = {"network": {"version": 2, "renderer": "networkd", "ethernets": ethernets}}
     body = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
-    return c.header(f"fabric addresses of {node.name} (mode 0600)") + body
+    return c.header(f"fabric addresses of {node.name} (mode 0600)") + _cables_note(cluster, node) + body
+
+
+def _cables_note(cluster: Cluster, node: Node) -> str:
+    """On a cabled topology, one comment line per port: the cable it is and what is at its other end."""
+    if not fabric.cabled(cluster):
+        return ""
+    lines = [f"# {cluster.topology}: node to node, every subnet is one cable (or one PCIe half of it).\n"]
+    links = fabric.node_links(cluster, node)
+    for port in node.fabric_ports:
+        ip = str(port.ip)
+        link = next((lk for lk in links if any(e.node == node.name and e.ip == ip for e in lk.ends)), None)
+        if link is None:
+            continue
+        others = ", ".join(f"{e.node} {e.netdev} ({e.ip})" for e in link.ends if e.node != node.name)
+        lines.append(f"# {port.netdev}: {link.subnet}, the cable to {others}\n")
+    return "".join(lines)
 
 
 def qos_script(cluster: Cluster, node: Node) -> str:
@@ -129,11 +148,15 @@ def firewall(cluster: Cluster, node: Node) -> str:
 
     Rank traffic (rendezvous, NCCL and Gloo bootstrap, SGLang's broadcaster) uses ephemeral TCP
     ports besides the fixed ones, so it is allowed by source: the fabric subnets (also used for
-    staging), plus the nodes' management addresses when the ranks bootstrap over management.
+    staging), plus the nodes' management addresses when the ranks bootstrap over management. On a
+    cabled topology (triangle, ring, pair) the fabric subnets are those of the node's own cables.
     RoCE itself bypasses the kernel and is not filtered here.
     """
-    peers = [str(s) for s in cluster.fabric.subnets]
+    peers = fabric.peer_subnets(cluster, node)
     peer_note = "the fabric subnets"
+    if fabric.cabled(cluster):
+        # Node to node, only the subnets of this node's own cables reach it.
+        peer_note = f"the subnets of {node.name}'s cables"
     if cluster.fabric.bootstrap_over == "mgmt":
         peers += [str(n.mgmt_ip) for n in cluster.nodes]
         peer_note += " and the nodes' management addresses"
@@ -141,6 +164,8 @@ def firewall(cluster: Cluster, node: Node) -> str:
     admins = [str(cluster.mgmt.subnet), *(str(s) for s in cluster.mgmt.admin_sources)]
     fabric_ifs = [f'"{p.netdev}"' for p in node.fabric_ports]
     ports = cluster.ports
+    # The API and, on a site with sparkctl_router, the router in front of it (render.router).
+    api_rules = "\n        ".join(router.api_rules(cluster, node, ports.api))
     return f"""#!/usr/sbin/nft -f
 {c.header(f"firewall of {node.name}").rstrip()}
 # Loaded by {c.FIREWALL_UNIT_NAME}; only the table {c.FIREWALL_TABLE} is touched.
@@ -185,8 +210,7 @@ table {c.FIREWALL_TABLE} {{
         ip saddr @admin_sources tcp dport {node.ssh_port} accept
         # The node exporter (Prometheus), from the management subnet and the admin sources.
         ip saddr @admin_sources tcp dport {ports.exporter} accept
-        # The OpenAI API (rank 0) and every rank's /health.
-        ip saddr @api_clients tcp dport {ports.api} accept
+        {api_rules}
         # Nothing but peers on the fabric ports.
         iifname {_set(fabric_ifs)} ip saddr != @rank_peers drop
         ip saddr @rank_peers meta l4proto {{ tcp, udp }} accept

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sparkctl.errors import InputError
 from sparkctl.nodeside import images
 from sparkctl.render import common as c
-from sparkctl.render import kit, switch
+from sparkctl.render import fabric, kit, switch
 
 if TYPE_CHECKING:  # annotations only: render never imports the model at run time
     from sparkctl.model.cluster import Cluster, Node, RuntimeKind
@@ -101,13 +101,39 @@ def network_env(cluster: Cluster, node: Node) -> dict[str, str]:
         # "=" makes NCCL match the interface name exactly.
         "NCCL_SOCKET_IFNAME": f"={netdev}",
         "GLOO_SOCKET_IFNAME": netdev,
-        # Both PCIe halves of the cabled port, so NCCL drives the full 200G.
+        # Every fabric port: both PCIe halves of the cabled port on a switch, so NCCL drives the
+        # full 200G; on a triangle or a ring the port of each cable (both physical ports).
         "NCCL_IB_HCA": "=" + ",".join(f"{p.hca}:1" for p in node.fabric_ports),
     }
     if traffic_class(cluster) is not None:
         env["NCCL_IB_TC"] = str(c.ROCE_TOS)
         env["B12X_ROCE_TRAFFIC_CLASS"] = str(c.ROCE_TOS)
+    env.update(fabric_nccl_env(cluster))
     return env
+
+
+# The prefix length NCCL compares addresses under to tell which local port reaches a peer.
+PREFIX_ENV = "NCCL_IB_SUBNET_PREFIX_LEN"
+
+
+def fabric_nccl_env(cluster: Cluster) -> dict[str, str]:
+    """NCCL variables the site's cabling decides (none on a switch).
+
+    On a cabled topology (triangle, ring, pair) every subnet is one cable, and a profile that has
+    NCCL route by subnet (``NCCL_IB_SUBNET_PREFIX_LEN``, the publisher's value for its own /24
+    cables) gets the prefix of the site's cables instead, so that /30 or /31 cables still tell one
+    cable from the next."""
+    if not fabric.cabled(cluster) or PREFIX_ENV not in cluster.profile.env:
+        return {}
+    prefix = fabric.subnet_prefix_len(cluster)
+    if prefix is None:
+        lengths = ", ".join(str(s) for s in cluster.fabric.subnets)
+        raise InputError(
+            f"sparkctl_fabric.subnets: {lengths} have different prefix lengths, but {cluster.profile.name} "
+            f"routes NCCL by subnet ({PREFIX_ENV}: one prefix length for every cable)",
+            hint="give every cable's subnet the same prefix length (e.g. all /24, or all /31)",
+        )
+    return {PREFIX_ENV: str(prefix)}
 
 
 def traffic_class(cluster: Cluster) -> int | None:
@@ -117,8 +143,12 @@ def traffic_class(cluster: Cluster) -> int | None:
     ToS 106 (DSCP 26 + ECN) is sparkctl's addition to the published environment, and only worth
     setting where the packets land in a lossless class on both sides: the host QoS (host_qos: PFC
     on priority 3 for DSCP 26) and the switch sparkctl configures with PFC on that same priority.
-    Marked packets crossing a switch without it would be no better off than unmarked ones."""
-    if cluster.fabric.host_qos and switch.lossless_priority(cluster) == c.ROCE_PRIO:
+    Marked packets crossing a switch without it would be no better off than unmarked ones. Node to
+    node (a triangle, a ring, a pair) both ends of every cable are hosts with that same QoS, so the
+    host QoS alone makes the class lossless there."""
+    if not cluster.fabric.host_qos:
+        return None
+    if fabric.cabled(cluster) or switch.lossless_priority(cluster) == c.ROCE_PRIO:
         return c.ROCE_TOS
     return None
 
@@ -234,6 +264,16 @@ def prestart_command(cluster: Cluster, argv: Sequence[str]) -> list[str]:
     return [*cmd, "--"]
 
 
+def engram_mounted(cluster: Cluster) -> bool:
+    """Whether the rank's container binds the packed Engram directory (``paths.engram_dir``).
+
+    Only where the profile's Engram tables are packed on the NVMe (``engram: nvme``). With
+    ``engram: resident`` the tables live in each rank's unified memory, ``stage`` packs nothing and
+    never creates that directory, and Docker refuses a bind whose source does not exist.
+    """
+    return cluster.profile.engram != "resident"
+
+
 def container_command(cluster: Cluster, node: Node) -> list[str]:
     """`docker run` of the pinned image with the rank's argv (container runtime).
 
@@ -243,10 +283,9 @@ def container_command(cluster: Cluster, node: Node) -> list[str]:
     paths = cluster.paths
     run_dir = PurePosixPath(paths.run_dir)
     argv = rank_argv(cluster, node)
-    mounts = [
-        bind(paths.model_dir, container_model_dir(cluster), readonly=True),
-        bind(paths.engram_dir, c.CONTAINER_ENGRAM_DIR, readonly=True),
-    ]
+    mounts = [bind(paths.model_dir, container_model_dir(cluster), readonly=True)]
+    if engram_mounted(cluster):
+        mounts.append(bind(paths.engram_dir, c.CONTAINER_ENGRAM_DIR, readonly=True))
     pk = kit.mounted(cluster)
     if pk is not None:
         # The kit read-only where its adapters expect it, the files sparkctl renders for it, …

@@ -75,6 +75,26 @@ def prestart_failures(journal: str) -> list[str]:
     return [ln for ln in ours if ln.startswith((prestart.FAIL, prestart.STOPPED))]
 
 
+def read_prestart_failures(fleet: FleetLike, unit: str, node: str) -> list[str]:
+    """The failed checks of ``node``'s last pre-start, read from its rank unit's journal over SSH."""
+    cmd = (f"journalctl -u {unit} --no-pager -o cat -n 20000 2>&1 "
+           f"| grep -F {prestart.PREFIX} | tail -n {PRESTART_LINES} || true\n")
+    res = fleet.run({node: cmd}, timeout=15, only=[node])[node]
+    return prestart_failures(res.stdout) if res.reachable else []
+
+
+def prestart_gate_failure(fleet: FleetLike, unit: str, nodes: list[str]) -> GateFailure | None:
+    """The pre-start gate's failure on the first of ``nodes`` whose container stopped in it, if one
+    did: a start that failed (the playbook's wait, or the fast path's) for that reason names the
+    checks, not the wait that saw the unit fail."""
+    for node in nodes:
+        checks = read_prestart_failures(fleet, unit, node)
+        if checks:
+            detail = f"{prestart_summary(checks)} in the rank's container; the engine was not started"
+            return GateFailure(PRESTART_GATE, node, detail, "\n".join(checks))
+    return None
+
+
 def prestart_summary(lines: list[str]) -> str:
     """``N check(s) failed (check x count, …)``, from the failed-check lines."""
     counts: dict[str, int] = {}
@@ -122,6 +142,18 @@ def expected_server_info(cluster: Cluster, head_entry: Mapping[str, Any]) -> dic
             i = argv.index(flag)
             out[name] = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else "true"
     return out
+
+
+def server_check(cluster: Cluster) -> Callable[[Mapping[str, Any]], list[str]]:
+    """``/server_info`` compared with the rendered flags of the profile's ``gates.server_info_fields``
+    (rank 0's entry of the cluster's plan document): the comparison bench makes before every suite,
+    as R4's client does."""
+    from sparkctl.render import plan_document
+
+    doc = plan_document(cluster)
+    head = next(e for e in doc["nodes"] if e["name"] == cluster.head.name)
+    expected = expected_server_info(cluster, head)
+    return lambda info: compare_server_info(info, expected)
 
 
 def same_value(actual: Any, expected: str) -> bool:
@@ -222,10 +254,7 @@ class BootWatch:
 
     def prestart_lines(self, node: str) -> list[str]:
         """The failed checks of the node's last pre-start, read from its rank unit's journal."""
-        cmd = (f"journalctl -u {self.unit} --no-pager -o cat -n 20000 2>&1 "
-               f"| grep -F {prestart.PREFIX} | tail -n {PRESTART_LINES} || true\n")
-        res = self.fleet.run({node: cmd}, timeout=15, only=[node])[node]
-        return prestart_failures(res.stdout) if res.reachable else []
+        return read_prestart_failures(self.fleet, self.unit, node)
 
     def fail(self, gate: str, node: str | None, detail: str, phase: str | None = None) -> GateFailure:
         if node is not None and gate in UNIT_EXIT_GATES and kit.enabled(self.cluster):

@@ -77,11 +77,21 @@ def scripts(doc: Mapping[str, Any], grace_s: int | None = None) -> dict[str, str
     """Every node's stop script: the unit and container the plan renders, the profile's drain
     period (``rank_launch.drain_s``) unless ``grace_s`` overrides it; rank 0's sends SIGTERM."""
     out = {}
+    router = doc.get("router")
     for entry in doc["nodes"]:
         rl = probe.rank_launch(entry)
         grace = grace_s if grace_s is not None else rl.drain_s
-        out[str(entry["name"])] = stop_script(rl.unit_name, rl.container, grace, head=int(entry["rank"]) == 0)
+        text = stop_script(rl.unit_name, rl.container, grace, head=int(entry["rank"]) == 0)
+        if router and entry["name"] == router["node"]:
+            # The router in front of the groups (sparkctl_router) stops first, as down.yml stops it.
+            text = text.replace(MARK + "\n", f"{MARK}\n{router_stop(router['unit'])}", 1)
+        out[str(entry["name"])] = text
     return out
+
+
+def router_stop(unit: str) -> str:
+    """Shell text that stops the router's unit (nothing when it does not run or is not installed)."""
+    return f"systemctl stop {shlex.quote(unit)} 2>/dev/null || true\n"
 
 
 def stop(doc: Mapping[str, Any], fleet: FleetLike, grace_s: int | None = None) -> dict[str, str]:

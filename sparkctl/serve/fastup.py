@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 # Shipped to the node (sparkctl.nodeside.ship), dependencies first; the last is the check it runs.
 NODE_MODULES = ("nodeside.kit", "nodeside.kitbuild", "nodeside.images", "nodeside.manifests",
-                "stage.manifest", "stage.image", "nodeside.upcheck")
+                "nodeside.progress", "stage.manifest", "stage.image", "nodeside.upcheck")
 
 
 def start_wait_s() -> int:
@@ -149,6 +149,11 @@ def judge(cluster: Cluster, doc: Mapping[str, Any], answers: Mapping[str, Mappin
     """Reasons the fast path may not be taken (empty: it may). Pure; ``answers`` maps each node to
     its check's JSON, or to a string saying why there is none."""
     reasons: list[str] = []
+    router = doc.get("router")
+    if router and any(e.get("name") == router["node"] for e in doc["nodes"]):
+        # The router's wheel, key and unit are the spark_router role's: the playbook installs and
+        # starts it after the groups (render.router).
+        reasons.append(f"{router['node']}: the router in front of the groups starts with the playbook")
     images: dict[str, str] = {}
     pin = cluster.runtime.image_id if cluster.runtime.kind == "container" else None
     head = cluster.head.name

@@ -30,6 +30,8 @@ GIB = 1024**3
 KILL_ROUNDS = 3
 # systemd ActiveState values of a rank unit that still runs (or is about to again: auto-restart).
 _ALIVE = ("active", "activating", "reloading", "deactivating")
+# What the guard's probe leaves out of the watch mode: the HTTP health read (no request to the server).
+MEMORY_ONLY: dict[str, Any] = {"health_port": None}
 # R4's validation receipt: the lowest MemAvailable any node showed across its published run.
 R4_MIN_MEM_AVAILABLE_GIB = 19.52
 
@@ -89,7 +91,11 @@ class MemoryGuard(Periodic):
         self._write_summary()
 
     def sample_once(self) -> None:
-        facts = collect(self.cluster, self.doc, self.fleet, "watch", timeout=max(5.0, 4 * self.interval))
+        # The watch probe without its HTTP health read: the guard needs MemAvailable (with the unit
+        # and container state) and nothing from the server or the GPU, so it can run through a
+        # timed bench window without disturbing it (on rank 0 SGLang's /health generates a token).
+        facts = collect(self.cluster, self.doc, self.fleet, "watch", timeout=max(5.0, 4 * self.interval),
+                        extra=MEMORY_ONLY)
         now = time.time()
         for name, f in facts.items():
             mem = f.mem_available

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sparkctl.ansible import failures
 from sparkctl.serve.probe import FleetLike, NodeFacts, collect
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def preflight_checks(cluster: Cluster, facts: Mapping[str, NodeFacts], force: bo
         add = lambda name, ok, detail="", skipped=False, n=f.name: checks.append(  # noqa: E731
             Check(n, name, ok, detail, skipped))
         if not f.reachable or f.error:
-            add("reachable", False, f.error or "no answer")
+            add("reachable", False, failures.ssh_failure(cluster, f.name, f.error or "no answer").reason())
             continue
         d = f.data
         add("reachable", True, d.get("host", ""))

@@ -7,9 +7,10 @@ the verdict (ready, degraded, down) and the exit code do not change, so a hot bu
 still ready; the warnings come beside it in the table, in ``--json`` and in the Prometheus text.
 
 ``warnings(cluster, nodes)`` judges one probe round (status's, or the supervisor's: the same
-``NodeFacts``). ``ThermalSampler`` reads every node's GPU every few seconds for as long as a
-``bench`` or ``qualify`` runs and keeps, per node, the highest temperature, the lowest clock ratio
-under load and the highest power, recorded next to the throughput so a slow run explains itself.
+``NodeFacts``). ``ThermalSampler`` reads every node's GPU — when asked (``on_demand``: `bench` and
+`qualify` read between their timed windows, never while a batch is timed), or every few seconds on
+its own thread — and keeps, per node, the highest temperature, the lowest clock ratio under load and
+the highest power, recorded next to the throughput so a slow run explains itself.
 """
 
 from __future__ import annotations
@@ -259,12 +260,12 @@ def summary_line(summary: Mapping[str, Any]) -> str | None:
 
 
 @contextlib.contextmanager
-def sampling(cluster: Cluster, interval: float = 5.0) -> Iterator[ThermalSampler]:
-    """A ThermalSampler on its own SSH connections, for as long as the block runs."""
+def on_demand(cluster: Cluster, interval: float = 5.0) -> Iterator[ThermalSampler]:
+    """A ThermalSampler on its own SSH connections that reads only when asked (``sample_once``), never
+    on a timer: `bench` and `qualify` read the GPUs between their timed windows only
+    (``sparkctl.qa.quiet.Windows``), never while a batch is timed."""
     fleet = Fleet(targets_for(cluster))
-    sampler = ThermalSampler(cluster, plan_document(cluster), fleet, interval=interval)
     try:
-        with sampler:
-            yield sampler
+        yield ThermalSampler(cluster, plan_document(cluster), fleet, interval=interval)
     finally:
         fleet.close()

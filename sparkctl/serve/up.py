@@ -12,16 +12,20 @@ One run directory per `up`: the playbooks it runs and the boot records share it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkctl.ansible import failures
 from sparkctl.ansible.plan import Plan, for_up
 from sparkctl.ansible.runner import RunResult
 from sparkctl.errors import EXIT_FAILED, InputError, SparkctlError
 from sparkctl.serve import bootwatch, fastup, preflight, probe, verdict
-from sparkctl.serve.down import stop_after_failure, stop_ranks
+from sparkctl.serve import groups as serve_groups
+from sparkctl.serve.down import Down, stop_after_failure, stop_ranks
 from sparkctl.serve.guard import MemoryGuard, abort_ranks
 from sparkctl.serve.probe import FleetLike
 from sparkctl.serve.supervisor import RUNNING
@@ -68,15 +72,18 @@ class Up:
 
     ``force``: start even if another GPU workload runs; ``restart``: restart ranks that are ready;
     ``yes``: replace running ranks without asking; ``full``: always run the up playbook;
-    ``verbose``: every preflight check, every playbook task."""
+    ``verbose``: every preflight check, every playbook task; ``limit``: the serving group's nodes
+    when ``cluster`` is one group of several (``serve.groups.Target``), the playbooks' --limit."""
 
     def __init__(self, cluster: Cluster, doc: dict[str, Any], tools: Tools, out: Output, *,
                  force: bool = False, restart: bool = False, yes: bool = False, full: bool = False,
-                 verbose: bool = False):
+                 verbose: bool = False, limit: str | None = None):
         self.cluster, self.doc, self.tools, self.out = cluster, doc, tools, out
+        self.limit = limit
         self.force, self.restart, self.yes, self.full, self.verbose = force, restart, yes, full, verbose
         self.api_key = api_key(cluster)  # a missing secret is bad input: exit 2 before anything is touched
         self._run_dir: Path | None = None
+        self._marks: dict[str, float] = {}  # the timeline's marks before the first unit starts
 
     def run_dir(self) -> Path:
         """This `up`'s run directory, made when first needed (an `up` with nothing to do makes none)."""
@@ -91,6 +98,7 @@ class Up:
         http = self.tools.http()
         try:
             before = verdict.snapshot(cluster, doc, fleet, http, self.api_key)
+            self._marks["snapshot_s"] = round(time.monotonic() - started, 3)
             current = all(before.nodes[e["name"]].data.get("file_digest") == probe.expected_hashes(cluster, e)
                           for e in doc["nodes"])
             if before.verdict == verdict.READY and current and not self.restart:
@@ -101,23 +109,36 @@ class Up:
                 if not self.yes:
                     self.confirm_replace(before, why)
                 out.say(f"stopping the running ranks first ({why})")
-                stop = stop_ranks(cluster, doc, fleet, self.tools, out, run_dir=self.run_dir())
+                stop = stop_ranks(cluster, doc, fleet, self.tools, out, run_dir=self.run_dir(),
+                                  limit=self.limit)
                 if not stop.ok:
-                    raise SparkctlError("could not stop the running ranks",
-                                        hint=f"artifacts: {stop.artifact_dir}", details=stop.failures[:12])
+                    raise stop.error("could not stop the running ranks")
 
             checks, _facts = preflight.preflight(cluster, doc, fleet, self.force)
             failed = [c for c in checks if not c.ok]
-            if failed or self.verbose:
-                out.preflight(checks if self.verbose else failed)
+            if self.verbose:
+                out.preflight(checks)
             if failed:
+                # Each failed check once, in the error (rank order); a node that did not answer as
+                # every verb names it: node (address:port), the cause and what to check.
+                _order, addresses = failures.cluster_order(cluster)
+                dark = [c.node for c in failed if c.name == "reachable"]
+
+                def line(c: preflight.Check) -> str:
+                    if c.name == "reachable" and c.node in addresses:
+                        address, port = addresses[c.node]
+                        return f"{c.node} ({address}:{port}): {c.detail}"
+                    return f"{c.node}: {c.name}: {c.detail}"
+
                 raise SparkctlError(
                     f"preflight refused the start: {len(failed)} problem(s); nothing was started",
-                    hint="fix the items above (or pass --force for a GPU in use) and run `sparkctl up` again",
-                    details=[f"{c.node}: {c.name}: {c.detail}" for c in failed],
+                    hint="fix each item (or pass --force for a GPU in use) and run `sparkctl up` again",
+                    details=[line(c) for c in failed], nodes=dark,
                 )
             out.say(f"preflight: {len(checks)} checks passed on {len(cluster.nodes)} nodes", OK)
+            self._marks["preflight_s"] = round(time.monotonic() - started, 3)
             fast = self.fast_check(fleet)
+            self._marks["check_s"] = round(time.monotonic() - started, 3)
             return self._start(fleet, http, fast, started)
         finally:
             fleet.close()
@@ -126,7 +147,7 @@ class Up:
     def _start(self, fleet: FleetLike, http: httpx.Client, fast: fastup.FastCheck,
                started: float) -> UpResult:
         cluster, doc = self.cluster, self.doc
-        timeline: dict[str, float] = {}
+        timeline: dict[str, float] = dict(self._marks)
         # From here on a unit may have started: every way out but success stops all ranks again
         # (a failure, a gate, Ctrl-C, an error while recording) and says what it really stopped.
         # The memory guard samples every node every ~2 s for the whole start, whatever the gates
@@ -164,7 +185,7 @@ class Up:
                   else "interrupted" if isinstance(exc, KeyboardInterrupt)
                   else "the start failed")
         self.out.say(f"{reason} — stopping every rank", FAIL)
-        stopped = stop_after_failure(self.cluster, self.doc, self.tools, self.out, self._run_dir)
+        stopped = stop_after_failure(self.cluster, self.doc, self.tools, self.out, self._run_dir, self.limit)
         if isinstance(exc, bootwatch.GateFailure):
             details = [f"node: {exc.node or 'cluster'}", f"records: {exc.record_dir or '-'}"]
             for label, text in (("log tail:", exc.log_tail),
@@ -223,7 +244,9 @@ class Up:
                         started: float | None = None) -> bootwatch.BootState:
         """Start the units (ranks 1..n, then 0): over SSH when ``fast`` says nothing needs installing,
         else install and start them with the playbook; then watch the gates; raise on any failure.
-        ``timeline`` gets seconds since ``started``: the last start returned, rank 0 /ready, done."""
+        ``timeline`` gets seconds since ``started``: the last start returned, rank 0 /ready, each gate
+        after it passed, done (and, from :meth:`run`, the status snapshot, preflight and the fast
+        path's check done)."""
         cluster, doc = self.cluster, self.doc
         marks = timeline if timeline is not None else {}
         origin = started if started is not None else time.monotonic()
@@ -232,10 +255,22 @@ class Up:
             if fast is not None and fast.ok:
                 fastup.start(cluster, doc, fleet)
             else:
-                self.run_playbook(for_up(cluster), "installing and starting the rank units", run_dir)
+                the_plan = for_up(cluster)
+                if self.limit is not None:  # one group of several: its nodes only
+                    the_plan = dataclasses.replace(the_plan, limit=self.limit)
+                self.run_playbook(the_plan, "installing and starting the rank units", run_dir)
             marks["last_start_s"] = round(time.monotonic() - origin, 3)
         except SparkctlError as exc:
-            failed_hosts = sorted({d.split(":", 1)[0] for d in exc.details} & set(fleet.targets))
+            named = exc.nodes or [d.split(":", 1)[0] for d in exc.details]
+            failed_hosts = [h for h in dict.fromkeys(named) if h in fleet.targets]
+            if failed_hosts:
+                # A unit that failed while starting because its container stopped in the kit's
+                # pre-start checks: that gate, with its checks, is the reason (under load the
+                # playbook's wait sees the failed unit before the boot watch would).
+                gate = bootwatch.prestart_gate_failure(fleet, probe.unit_name(doc), failed_hosts[:2])
+                if gate is not None:
+                    gate.record_dir = run_dir
+                    raise gate from exc
             for host in failed_hosts[:2]:
                 cmd = f"journalctl -u {probe.unit_name(doc)} -n 15 --no-pager -o short-iso 2>&1\n"
                 res = fleet.run({host: cmd}, timeout=15, only=[host])[host]
@@ -251,6 +286,9 @@ class Up:
         def mark(s: bootwatch.BootState) -> None:
             if "ready_s" not in marks and s.rows[head].phases["ready"] == bootwatch.OK:
                 marks["ready_s"] = round(time.monotonic() - origin, 3)
+            for phase in ("server_info", "markers", "chat", "qualify"):  # the gates after /ready
+                if f"{phase}_s" not in marks and s.rows[head].phases.get(phase) == bootwatch.OK:
+                    marks[f"{phase}_s"] = round(time.monotonic() - origin, 3)
 
         try:
             with self.out.watching(watch.state) as show:
@@ -270,12 +308,54 @@ class Up:
     def run_playbook(self, plan: Plan, what: str, run_dir: Path | None) -> RunResult:
         result = self.tools.execute(plan, self.out.playbook_event, run_dir)
         if not result.ok:
-            raise SparkctlError(
-                f"{what} failed ({plan.playbook}, rc {result.rc})",
-                hint=f"artifacts: {result.artifact_dir}",
-                details=[str(f) for f in result.failures][:12],
-            )
+            hint = None if result.unreachable_hosts else f"artifacts: {result.artifact_dir}"
+            raise failures.error_for(result, self.cluster, f"{what} failed ({plan.playbook}, rc {result.rc})",
+                                     hint)
         return result
+
+
+def up_groups(cluster: Cluster, tools: Tools, out: Output, names: Iterable[str] | None = None, *,
+              force: bool = False, restart: bool = False, yes: bool = False, full: bool = False,
+              verbose: bool = False, gates: dict[str, Any] | None = None,
+              ) -> Iterator[tuple[serve_groups.Target, bool, UpResult]]:
+    """`up` of each serving group ``names`` picks (default all; a site of one group is one target, the
+    site itself), one after the other in the site's order, each ready before the next starts: (its
+    target, whether the site reports per group, its result) as each is ready. On a site of several
+    groups each group is announced before it starts. After the last group, an `up` that covered
+    every group of a site with a router waits until the router lists every group's rank 0
+    (``serve.routergate``; its record goes into ``gates`` under ``router``)."""
+    from sparkctl.render import plan_document
+    from sparkctl.serve import routergate
+
+    site_doc = plan_document(cluster)
+    found = serve_groups.targets(cluster, site_doc, names)
+    per_group = serve_groups.several(found)
+    for t in found:
+        if per_group:
+            out.say(f"[bold]group {t.group}[/bold] ({t.limit})")
+        up = Up(t.cluster, t.doc, tools, out, force=force, restart=restart, yes=yes, full=full,
+                verbose=verbose, limit=t.limit)
+        yield t, per_group, up.run()
+    if per_group and routergate.applies(cluster, site_doc, [t.group for t in found]):
+        out.say(f"waiting for the router on {site_doc['router']['node']} to list every group's rank 0")
+        record = routergate.RouterGate(cluster, site_doc, tools, bound_s=routergate.GATE_S,
+                                       poll_s=routergate.POLL_S).wait()
+        if gates is not None:
+            gates["router"] = record
+        out.say(f"the router on {record['node']} routes to every group ({', '.join(record['workers'])}) "
+                f"after {record['seconds']:.1f} s", OK)
+
+
+def down_then_up(cluster: Cluster, tools: Tools, out: Output) -> dict[str, Any]:
+    """The group stopped as `down` stops it, then started as `up --yes` starts it, serving ``cluster``
+    (bench --ab's switch between its arms): how it was stopped, whether `up` started anything, the
+    seconds both took."""
+    from sparkctl.render import plan_document
+
+    start = time.perf_counter()
+    down = Down(cluster, plan_document(cluster), tools, out).run()
+    up = Up(cluster, plan_document(cluster), tools, out, yes=True).run()
+    return {"down": down.path, "up_changed": up.changed, "seconds": round(time.perf_counter() - start, 1)}
 
 
 def _breach_failure(breach: Any, seen: bootwatch.GateFailure | None) -> bootwatch.GateFailure:

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from sparkctl.serve import events, thermals
+from sparkctl.ansible import failures
+from sparkctl.serve import events, router_status, thermals
 from sparkctl.serve.http import HeadFacts, head_checks
 from sparkctl.serve.probe import FleetLike, NodeFacts, collect
 
@@ -116,8 +117,11 @@ class Snapshot:
     taken_at: float = field(default_factory=time.time)
     # node -> rank_faults in words (OOM-killed, restarted), for the status table and the supervisor.
     faults: dict[str, list[str]] = field(default_factory=dict)
+    # The router in front of the groups (sparkctl_router), when the status covers the whole site.
+    router: router_status.RouterFacts | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        extra = {} if self.router is None else {"router": self.router.as_dict()}
         return {
             "verdict": self.verdict,
             "reasons": self.reasons,
@@ -126,6 +130,7 @@ class Snapshot:
             "nodes": [f.as_dict() for f in sorted(self.nodes.values(), key=lambda f: f.rank)],
             "head": self.head.as_dict() if self.head else None,
             "faults": {n: list(v) for n, v in self.faults.items() if v},
+            **extra,
         }
 
 
@@ -142,7 +147,7 @@ def verdict(cluster: Cluster, nodes: Mapping[str, NodeFacts],
     for f in sorted(nodes.values(), key=lambda f: f.rank):
         who = f"{f.name} (rank {f.rank})"
         if not f.reachable:
-            reasons.append(f"{who}: unreachable: {f.error}")
+            reasons.append(f"{who}: {failures.ssh_failure(cluster, f.name, str(f.error)).reason()}")
             continue
         if f.error:
             reasons.append(f"{who}: {f.error}")
@@ -190,10 +195,14 @@ def snapshot(cluster: Cluster, doc: Mapping[str, Any], fleet: FleetLike, http: h
         head_future = pool.submit(head_checks, cluster, http, api_key, min(timeout, 2.0))
         nodes = collect(cluster, doc, fleet, "status", timeout=timeout)
         head = head_future.result()
+    router = router_status.probe(doc, fleet, http, api_key, timeout) if router_status.covers(doc) else None
     marks = load_ready_marks(ready_file(cluster.name))
     state, reasons = verdict(cluster, nodes, head, marks)
+    if router is not None and router.reasons():  # the groups may serve, but not through the router
+        reasons += router.reasons()
+        state = DEGRADED if state == READY else state
     faults = {n: rank_faults(f, marks.get(n)) for n, f in nodes.items() if f.reachable and not f.error}
     return Snapshot(nodes, head, state, reasons, time.monotonic() - start,
-                    warnings=thermals.warnings(cluster, nodes), faults=faults)
+                    warnings=thermals.warnings(cluster, nodes), faults=faults, router=router)
 
 

@@ -8,7 +8,8 @@ The modules here split in two groups:
   ``safetensors`` (header reader), ``dsv41en1`` (the packed-shard format, packer and verifier),
   ``manifest`` (file digests, the idempotence key), ``transfer`` (the fabric chain agent),
   ``fanout`` (who pulls from whom);
-* controller side: ``progress`` (live per-node transfer bars) — it imports rich.
+* controller side: ``progress`` (live per-node bars, or lines without a terminal, of every long
+  step's progress document, ``sparkctl.nodeside.progress``) — it imports rich.
 
 Keep this ``__init__`` free of imports: Ansible packs it with every stage module.
 """

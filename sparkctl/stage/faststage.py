@@ -37,6 +37,7 @@ from sparkctl.render.kit import build_steps as kit_build_steps
 from sparkctl.render.kit import kit_facts
 from sparkctl.render.rank import run_image
 from sparkctl.stage import manifest as mf
+from sparkctl.stage import shards
 
 if TYPE_CHECKING:
     from sparkctl.model import Cluster, Node
@@ -44,8 +45,8 @@ if TYPE_CHECKING:
 
 # Shipped to the node, dependencies first; the last is the check it runs.
 NODE_MODULES = ("nodeside.kit", "nodeside.kitbuild", "nodeside.images", "nodeside.manifests",
-                "stage.manifest", "stage.image", "stage.safetensors", "stage.writeback", "stage.dsv41en1",
-                "nodeside.stagecheck")
+                "nodeside.progress", "stage.manifest", "stage.image", "stage.safetensors", "stage.writeback",
+                "stage.dsv41en1", "nodeside.stagecheck")
 SHOWN = 3
 
 
@@ -124,9 +125,10 @@ def check_params(cluster: Cluster, node: Node, todo: list[str], kit: KitReferenc
     paths = cluster.paths
     if "weights" in todo and expected is not None:
         params["weights"] = {"model_dir": str(paths.model_dir), "expected": expected}
-    if "engram" in todo:
+    own = shards.of(cluster, node)  # r{rank}of{tp} of the node's serving group
+    if "engram" in todo and own.packed:
         params["engram"] = {"model_dir": str(paths.model_dir), "engram_dir": str(paths.engram_dir),
-                            "rank": node.rank, "tp": cluster.profile.tp_size}
+                            "rank": own.rank, "tp": own.tp}
     return params
 
 
@@ -151,14 +153,15 @@ def judge(cluster: Cluster, todo: list[str], answers: Mapping[str, Mapping[str, 
     nodes: dict[str, dict[str, Any]] = {}
     rt = cluster.runtime
     images: dict[str, str] = {}
-    tp = cluster.profile.tp_size
     for node in sorted(cluster.nodes, key=lambda n: n.rank):
         name = node.name
+        own = shards.of(cluster, node)
         ans = answers.get(name, "no answer")
         if isinstance(ans, str):
             reasons.append(f"{name}: {ans}")
             continue
-        summary: dict[str, Any] = {"node": name, "rank": node.rank, "tp": tp, "depth": "quick"}
+        # The rank and TP of the node's Engram shards: its serving group's.
+        summary: dict[str, Any] = {"node": name, "rank": own.rank, "tp": own.tp, "depth": "quick"}
         if "kit" in todo and kit is not None:
             k = ans.get("kit")
             if not isinstance(k, Mapping):
@@ -205,7 +208,7 @@ def judge(cluster: Cluster, todo: list[str], answers: Mapping[str, Mapping[str, 
                     reasons.append(f"{name}: the checkpoint directory holds files the controller's does not: "
                                    f"{_shown(extra, len(extra))}")
             summary["weights"] = weights
-        if "engram" in todo:
+        if "engram" in todo and own.packed:
             e = ans.get("engram")
             if not isinstance(e, Mapping) or e.get("error"):
                 why = e.get("error") if isinstance(e, Mapping) else "no answer"

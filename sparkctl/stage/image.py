@@ -27,8 +27,10 @@ import subprocess
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
+from ..nodeside import progress as stage_progress
 from ..nodeside.images import is_digest_ref, repository, run_reference
 from . import manifest as mf
 
@@ -259,10 +261,32 @@ def _check_tagged_base(base: str, named: list[str], dockerfile: str, node: str) 
         )
 
 
+def _build_streamed(argv: list[str], timeout: float, progress: stage_progress.Progress | None
+                    ) -> tuple[int, list[str]]:
+    """Run ``docker build`` reading its output as it comes (BuildKit's plain progress, or the
+    classic builder's steps): each build step started is written to ``progress``. (exit status,
+    the output's last lines); killed after ``timeout`` seconds."""
+    env = dict(os.environ, BUILDKIT_PROGRESS="plain")
+    proc = subprocess.Popen(["docker", *argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env=env)
+
+    def on_line(text: str) -> None:
+        step = stage_progress.build_step(text)
+        if step is not None and progress is not None:
+            k, n, what = step
+            progress.set(count_done=k - 1, count_total=n, current=f"step {k}/{n}: {what}"[:160])
+
+    timed_out, kept = stage_progress.follow_lines(proc, proc.stdout, on_line, timeout)
+    if timed_out:
+        kept.append(f"docker build did not finish within {timeout:.0f} s")
+    return proc.returncode, kept
+
+
 def build(ref: str, context: str, dockerfile: str, node: str, timeout: float = 7200,
-          base: str | None = None) -> dict[str, Any]:
+          base: str | None = None, progress_path: str = "") -> dict[str, Any]:
     """``docker build`` of ``context`` on this node without pulling: every base must be here already.
-    ``base``: the image the Dockerfile must start FROM, by digest (a profile's ``image.base``)."""
+    ``base``: the image the Dockerfile must start FROM, by digest (a profile's ``image.base``);
+    ``progress_path``: where the build's step k of n is written as it starts (nodeside.progress)."""
     path = os.path.join(context, dockerfile)
     if not os.path.isdir(context):
         raise ImageError(
@@ -285,10 +309,23 @@ def build(ref: str, context: str, dockerfile: str, node: str, timeout: float = 7
     before = inspect(ref)
     key, _why = _key(ref, dockerfile, *inputs)
     label = ["--label", f"{BUILD_LABEL}={key}"] if key else []
-    proc = _docker(["build", "--pull=false", *label, "-f", path, "-t", ref, context], timeout=timeout)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+    progress = None
+    if progress_path:
+        progress = stage_progress.Progress(node, step="build", state="building", path=progress_path,
+                                           count_unit="steps")
+        progress.write()
+    try:
+        code, output = _build_streamed(["build", "--pull=false", *label, "-f", path, "-t", ref, context],
+                                       timeout, progress)
+    except OSError as exc:  # docker itself cannot start
+        code, output = 127, [f"docker: {exc.strerror or exc}"]
+    if code != 0:
+        tail = "\n".join(line.rstrip() for line in output[-15:])
+        if progress is not None:
+            progress.set(state="failed", error=tail.splitlines()[-1] if tail else f"exit {code}")
         raise ImageError(f"{node}: docker build of {ref} failed:\n{tail}")
+    if progress is not None:
+        progress.set(state="done", count_done=progress.count_total, current="")
     after = inspect(ref)
     if after is None:
         raise ImageError(f"{node}: docker build succeeded but {ref} does not resolve")
@@ -342,7 +379,8 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 def pipe_to_file(
-    node: str, argvs: list[list[str]], path: str, stall_s: float = SAVE_STALL_S
+    node: str, argvs: list[list[str]], path: str, stall_s: float = SAVE_STALL_S,
+    on_bytes: Callable[[int], None] | None = None,
 ) -> tuple[int, str]:
     """Run ``argvs`` as a pipe (each stage's stdout into the next one's stdin), the last stage's
     output written to ``path`` and hashed as it arrives: ``(bytes, sha256)``.
@@ -384,6 +422,8 @@ def pipe_to_file(
                     cause = f"writing {path} failed: {exc.strerror or exc}"
                     break
                 size += len(chunk)
+                if on_bytes is not None:
+                    on_bytes(len(chunk))
             if not cause:
                 try:
                     os.fsync(out.fileno())
@@ -417,7 +457,8 @@ def pipe_to_file(
 
 
 def save(
-    ref: str, image_id: str, run_dir: str, node: str, compress: bool = True, margin: int = 0
+    ref: str, image_id: str, run_dir: str, node: str, compress: bool = True, margin: int = 0,
+    progress_path: str = "",
 ) -> dict[str, Any]:
     """The archive of ``image_id`` (saved under ``ref``) and its manifest; an existing one is reused.
 
@@ -446,7 +487,25 @@ def save(
     final = os.path.join(root, name)
     part = final + mf.PARTIAL
     argvs = [["docker", "save", ref]] + ([["zstd", "-T0", "-3", "-q", "-c"]] if compress else [])
-    size, digest = pipe_to_file(node, argvs, part)
+    progress = ticker = None
+    if progress_path:  # the archive's bytes as written (its final size is known only at the end)
+        progress = stage_progress.Progress(node, step="save", state="saving", path=progress_path,
+                                           files_total=1)
+        progress.current = name
+        ticker = stage_progress.Ticker(progress)
+        progress.write()
+        ticker.start()
+    try:
+        counted = (lambda n: progress.add(done=n)) if progress is not None else None
+        size, digest = pipe_to_file(node, argvs, part, on_bytes=counted)
+    except ImageError as exc:
+        if ticker is not None and progress is not None:
+            ticker.finish()
+            progress.set(state="failed", error=str(exc)[-300:])
+        raise
+    if ticker is not None and progress is not None:
+        ticker.finish()
+        progress.set(state="done", bytes_total=size, files_done=1, current="")
     now = inspect(ref)
     if now is None or now["id"] != image_id:
         os.unlink(part)

@@ -28,6 +28,7 @@ import tempfile
 from typing import Any
 
 from ..nodeside import kit as nk
+from ..nodeside import progress as stage_progress
 
 GIT_TIMEOUT_S = 1800
 
@@ -47,6 +48,37 @@ def _git(
         raise KitSourceError("git is not installed on this machine (needed for a git kit)") from None
     except subprocess.TimeoutExpired:
         raise KitSourceError(f"git {args[0]} did not finish within {timeout:.0f} s") from None
+
+
+def _git_fetch(args: list[str], cwd: str, progress: stage_progress.Progress | None,
+               timeout: float = GIT_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    """``git fetch --quiet …``, or with ``progress`` ``git fetch --progress …`` whose phases
+    (objects counted, received with their bytes, deltas resolved) are written to it as git prints them."""
+    if progress is None:
+        return _git(["fetch", "--quiet", *args], cwd=cwd, timeout=timeout)
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+    argv = ["git", "fetch", "--progress", *args]
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+    except FileNotFoundError:
+        raise KitSourceError("git is not installed on this machine (needed for a git kit)") from None
+
+    def on_line(text: str) -> None:
+        phase = stage_progress.git_phase(text)
+        if phase is None:
+            return
+        name, done, total, received = phase
+        fields: dict[str, Any] = {"current": name, "count_done": done, "count_total": total}
+        if received is not None:
+            fields["bytes_done"] = received
+        progress.set(**fields)
+
+    timed_out, kept = stage_progress.follow_lines(proc, proc.stderr, on_line, timeout)
+    if timed_out:
+        raise KitSourceError(f"git fetch did not finish within {timeout:.0f} s")
+    errors = [line for line in kept if stage_progress.git_phase(line) is None]
+    return subprocess.CompletedProcess(argv, proc.returncode, "", "\n".join(errors))
 
 
 def _tail(proc: subprocess.CompletedProcess[str]) -> str:
@@ -77,9 +109,11 @@ def _has_commit(repo: str, commit: str) -> bool:
     return _git(["cat-file", "-e", f"{commit}^{{commit}}"], cwd=repo).returncode == 0
 
 
-def fetch(url: str, commit: str, cache_dir: str, offline: bool = False) -> tuple[str, bool]:
+def fetch(url: str, commit: str, cache_dir: str, offline: bool = False,
+          progress_path: str = "") -> tuple[str, bool]:
     """The bare cache repository holding ``commit`` from ``url``; (path, fetched this time).
-    ``offline``: never fetch; a commit the cache does not hold yet is refused."""
+    ``offline``: never fetch; a commit the cache does not hold yet is refused. ``progress_path``:
+    where git's progress (objects, bytes) is written while it fetches (nodeside.progress)."""
     commit = check_commit(commit)
     repo = cache_repo(cache_dir, url)
     if offline and not (os.path.isdir(os.path.join(repo, "objects")) and _has_commit(repo, commit)):
@@ -91,13 +125,23 @@ def fetch(url: str, commit: str, cache_dir: str, offline: bool = False) -> tuple
             raise KitSourceError(f"cannot create the kit cache {repo}: {_tail(init)}")
     if _has_commit(repo, commit):
         return repo, False
+    progress = None
+    if progress_path:
+        progress = stage_progress.Progress("controller", step="fetch", state="fetching", path=progress_path,
+                                           count_unit="objects")
+        progress.current = f"git fetch {commit[:12]}"
+        progress.write()
     # By commit first (servers that allow it, protocol v2 ones do), then every branch and tag.
-    first = _git(["fetch", "--quiet", "--no-tags", "--", url, commit], cwd=repo)
+    first = _git_fetch(["--no-tags", "--", url, commit], repo, progress)
     if first.returncode or not _has_commit(repo, commit):
-        every = _git(["fetch", "--quiet", "--no-tags", "--", url,
-                      "+refs/heads/*:refs/sparkctl/heads/*", "+refs/tags/*:refs/sparkctl/tags/*"], cwd=repo)
+        every = _git_fetch(["--no-tags", "--", url, "+refs/heads/*:refs/sparkctl/heads/*",
+                            "+refs/tags/*:refs/sparkctl/tags/*"], repo, progress)
         if every.returncode:
+            if progress is not None:
+                progress.set(state="failed", error=_tail(every))
             raise KitSourceError(f"cannot fetch the kit from {url}: {_tail(every)}")
+    if progress is not None:
+        progress.set(state="done", count_done=progress.count_total)
     if not _has_commit(repo, commit):
         raise KitSourceError(
             f"sparkctl_kit.commit {commit} does not exist in {url} (fetched every branch and tag); "
@@ -188,9 +232,10 @@ def prepare(
     overlay_source: str = "patches/source",
     overlays: list[str] | None = None,
     offline: bool = False,
+    progress_path: str = "",
 ) -> dict[str, Any]:
     """Obtain the kit and check it; the dict the playbook passes on (``offline``: a git kit only
-    from the cache, see :func:`fetch`).
+    from the cache, see :func:`fetch`; ``progress_path``: git's progress, see :func:`fetch`).
 
     ``{"version", "tree_sha256", "dir", "manifest" (file manifest), "overlays" (overlay manifest),
     "changed" (fetched or unpacked this time)}``. Raises KitSourceError naming what is wrong.
@@ -200,7 +245,7 @@ def prepare(
         if not url:
             raise KitSourceError("sparkctl_kit.url is required for a git kit")
         commit = check_commit(commit)
-        repo, changed = fetch(url, commit, cache_dir, offline=offline)
+        repo, changed = fetch(url, commit, cache_dir, offline=offline, progress_path=progress_path)
         tree_dir = os.path.join(cache_dir, "trees", commit)
         os.makedirs(os.path.dirname(tree_dir), exist_ok=True)
         changed = export(repo, commit, tree_dir) or changed

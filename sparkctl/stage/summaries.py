@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkctl.ansible import results, runner
+from sparkctl.ansible import failures, results, runner
 
 
 def node_summaries(result: runner.RunResult) -> dict[str, dict[str, Any]]:
@@ -47,6 +47,8 @@ def node_summaries(result: runner.RunResult) -> dict[str, dict[str, Any]]:
     for host, rep in results.per_host(result, results.IMAGE).items():
         if isinstance(rep, dict):
             out.setdefault(host, {})["image"] = dict(rep)
-    for failure in result.failures:
-        out.setdefault(failure.host, {})["error"] = failure.msg
+    # A failed node: the reason in words (ansible.failures, one per node) and its cause in a few words
+    # for the table's cell; the whole line is printed once, with the error.
+    for nf in failures.node_failures(result.failures):
+        out.setdefault(nf.host, {}).update(error=nf.reason(), cause=nf.short())
     return out

@@ -45,6 +45,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..nodeside import progress as _progress
+from ..nodeside.progress import Progress
 from . import manifest as mf
 from .writeback import Flusher
 
@@ -167,81 +169,21 @@ class TransferError(RuntimeError):
 
 
 # --- progress, shared with the controller through a small JSON file --------------------------
+# The document is nodeside.progress's (one format for every long step); the chain's ticker also
+# beats the stage lock.
 
 
-@dataclass
-class Progress:
-    node: str
-    bytes_total: int = 0
-    bytes_done: int = 0  # bytes present and confirmed, including kept/linked files
-    bytes_moved: int = 0  # bytes received over the network in this run
-    files_total: int = 0
-    files_done: int = 0
-    current: str = ""
-    state: str = "starting"  # starting | checking | receiving | serving | done | failed
-    error: str = ""
-    pid: int = field(default_factory=os.getpid)
-    started: float = field(default_factory=time.time)
-    updated: float = field(default_factory=time.time)
-    path: str = ""
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def add(self, done: int = 0, moved: int = 0) -> None:
-        with self._lock:
-            self.bytes_done += done
-            self.bytes_moved += moved
-
-    def set(self, **kw: Any) -> None:
-        with self._lock:
-            for k, v in kw.items():
-                setattr(self, k, v)
-        self.write()
-
-    def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            d = {k: getattr(self, k) for k in _PROGRESS_FIELDS}
-        d["updated"] = time.time()
-        return d
-
-    def write(self) -> None:
-        if not self.path:
-            return
-        tmp = self.path + ".tmp"
-        with contextlib.suppress(OSError):
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(self.snapshot(), f)
-            os.replace(tmp, self.path)
-
-
-_PROGRESS_FIELDS = (
-    "node",
-    "bytes_total",
-    "bytes_done",
-    "bytes_moved",
-    "files_total",
-    "files_done",
-    "current",
-    "state",
-    "error",
-    "pid",
-    "started",
-)
-
-
-class Ticker(threading.Thread):
+class Ticker(_progress.Ticker):
     """Rewrites a Progress file every ``every`` seconds until ``stop`` is set, and beats the stage
     lock once it is held (``lock_fd``: see :func:`fence`)."""
 
     def __init__(self, progress: Progress, every: float = 0.5):
-        super().__init__(daemon=True)
-        self.progress, self.every, self.stop = progress, every, threading.Event()
+        super().__init__(progress, every)
         self.lock_fd = -1
 
-    def run(self) -> None:
-        while not self.stop.wait(self.every):
-            self.progress.write()
-            if self.lock_fd >= 0:
-                heartbeat(self.lock_fd)
+    def tick(self) -> None:
+        if self.lock_fd >= 0:
+            heartbeat(self.lock_fd)
 
 
 # --- the serving side ----------------------------------------------------------------------
@@ -770,6 +712,7 @@ def run_node(
     files = {mf.safe_relpath(e["path"]): e for e in expected["files"]}
     progress = Progress(
         node,
+        step="fanout",
         bytes_total=sum(int(e["size"]) for e in files.values()),
         files_total=len(files),
         path=progress_path,

@@ -22,7 +22,7 @@ def refuse_what_cannot_be_staged(cluster: Cluster, what: str) -> None:
         raise InputError(
             "stage kit: the inventory configures no serving kit (sparkctl_kit)",
             hint="add sparkctl_kit (source: git with url + commit, or dir/tar with path) to "
-                 "group_vars/all/sparkctl.yml; inventory/example documents it",
+                 "group_vars/all/sparkctl.yml; the example site documents it (`sparkctl init --example DIR`)",
         )
     if what == "image" and cluster.runtime.kind != "container":
         raise InputError(

@@ -13,8 +13,9 @@ import pytest
 from support.runner import NODES, FakeRunner, Outcome
 
 from sparkctl.ansible import results, runner
-from sparkctl.cli import common, serving
+from sparkctl.cli import common
 from sparkctl.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from sparkctl.serve import up as serve_up
 from sparkctl.serve.up import UpResult
 
 UPGRADE = """
@@ -66,7 +67,7 @@ def ups(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         def run(self) -> UpResult:
             return UpResult(False)
 
-    monkeypatch.setattr(serving, "Up", Up)
+    monkeypatch.setattr(serve_up, "Up", Up)
     return calls
 
 

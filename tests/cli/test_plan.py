@@ -82,7 +82,7 @@ def test_profiles_list_and_show(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "--json", "profiles")
     assert code == 0
     rows = {r["name"]: r for r in json.loads(out)}
-    assert set(rows) == {"lab", "m1-1m", "r4-nvme"}
+    assert set(rows) == {"lab", "m1-1m", "mia-ring-tp4", "mia-tp3", "mia-tp8", "r4-nvme", "sg17-tp8"}
     assert rows["m1-1m"]["context_length"] == 1_048_576
     code, out, _ = run(capsys, "profiles", "show", "r4-nvme")
     assert code == 0

@@ -76,8 +76,12 @@ def test_preflight_names_an_unreachable_node(run_cli: Any, example_copy: Path, f
                                     unreachable=True)]
     res = run_cli("-i", str(example_copy), "preflight")
     assert res.code == EXIT_FAILED
-    assert "unreachable: spark-3" in res.err
-    assert "no:" in res.out  # spark-3's column in the table
+    err = " ".join(res.err.replace("│", " ").split())
+    assert "could not reach spark-3" in err
+    assert "spark-3 (192.168.7.13:22): unreachable: connection timed out" in err
+    # the nodes that answered agree: nothing to bring to one level
+    assert "one level" not in err and "identity differs" not in err
+    assert "no:" in res.out and "timed out" in res.out  # spark-3's column in the table (the cause, short)
 
 
 def test_preflight_limit_is_checked_before_anything_runs(

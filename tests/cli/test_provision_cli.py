@@ -89,8 +89,10 @@ def test_provision_failure_names_the_host(run_cli: Any, example_copy: Path, fake
     res = run_cli("-i", str(example_copy), "provision")
     assert res.code == EXIT_FAILED
     flat = " ".join(res.err.replace("│", " ").split())
-    assert "provision failed on spark-3" in flat
-    assert "power on or fix SSH to spark-3" in flat
+    assert "provision could not reach spark-3" in flat
+    assert ("spark-3 (192.168.7.13:22): unreachable: connection timed out — check that spark-3 is powered on"
+            in flat)
+    assert "spark-3 did not answer" in flat
 
 
 def test_provision_json(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
@@ -211,7 +213,14 @@ def test_check_fabric_reports_unreachable_node(run_cli: Any, example_copy: Path,
     fake.failures = [runner.Failure("spark-3", "Probe the fabric", "Connection timed out", unreachable=True)]
     res = run_cli("-i", str(example_copy), "check", "fabric")
     assert res.code == EXIT_FAILED
-    assert "spark-3: not reachable" in " ".join(res.out.split())
+    out = " ".join(res.out.split())
+    assert ("spark-3 (192.168.7.13:22): unreachable: connection timed out — check that spark-3 is powered on"
+            in out) and "(its fabric was not checked)" in out
+    # no conclusion drawn from the node that did not answer: its RDMA devices are not "absent on
+    # every node", and the pings to it are not the fabric's fault
+    assert "absent on every node" not in out and "absent on spark-0, spark-1, spark-2" in out
+    assert "likely culprit" not in out and "jumbo pings to spark-3: skipped: it did not answer" in out
+    assert "fix the port or switch" not in " ".join(res.err.replace("│", " ").split())
 
 
 def test_check_fabric_gid_mismatch_on_hardware(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
@@ -277,3 +286,115 @@ def test_check_fabric_hardware_problems(
     res = run_cli("-i", str(example_copy), "--json", "check", "fabric")
     assert res.code == EXIT_FAILED
     assert any(needle in p for p in json.loads(res.out)["problems"]), res.out
+
+
+# --- the fast path: nothing due anywhere, no playbook ------------------------------------------------
+
+
+class _Fleet:
+    """Answers the fast path's check round: every role up to date, except ``due`` ({node: role});
+    the Linux switch's ports at ``mtu``."""
+
+    def __init__(self, cluster: Any, due: dict[str, str] | None = None) -> None:
+        from sparkctl.serve import provfast
+
+        self.ports = provfast.switch_ports(cluster)
+        self.mtu = int(cluster.switch.mtu)
+        self.due = due or {}
+        self.rounds: list[list[str]] = []
+
+    def run(self, scripts: Any, timeout: float = 10.0, only: Any = None) -> dict[str, Any]:
+        from sparkctl.ssh.fleet import HostResult
+
+        self.rounds.append(sorted(scripts))
+        out = {}
+        for name in only:
+            if self.due.get(name) == "dark":
+                out[name] = HostResult(name, error="timed out")
+                continue
+            if name.startswith("spark-"):
+                due = self.due.get(name) == "firewall"
+                why = ["file /etc/sparkctl/firewall.nft: changed since it was applied"] if due else []
+                roles = {"firewall": {"run": due, "reasons": why}}
+                doc: dict[str, Any] = {"mode": "provcheck", "roles": roles}
+            else:
+                doc = {"mode": "provcheck", "ports": dict.fromkeys(self.ports, self.mtu)}
+            out[name] = HostResult(name, 0, json.dumps(doc) + "\n")
+        return out
+
+    def close(self) -> None: ...
+
+
+@pytest.fixture
+def linux_site(example_copy: Path) -> Path:
+    hosts = example_copy / "hosts.yml"
+    text = hosts.read_text()
+    hosts.write_text(text.replace("sparkctl_switch_type: routeros", "sparkctl_switch_type: linux"))
+    return example_copy
+
+
+def _specs() -> dict[str, Any]:
+    role = {"inputs": "d1", "state": {"files": ["/etc/sparkctl/firewall.nft"]}, "trees": ["spark_firewall"]}
+    return {h: {"path": "/var/lib/sparkctl/applied.json", "roles": {"firewall": role}} for h in NODES}
+
+
+def test_a_no_op_provision_after_a_whole_run_needs_no_playbook(
+    run_cli: Any, linux_site: Path, fake: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sparkctl.model import load_inventory
+    from sparkctl.serve import provfast
+
+    fleet = _Fleet(load_inventory(linux_site))
+    monkeypatch.setattr(provfast, "fleet_for", lambda cluster: fleet)
+    first = run_cli("-i", str(linux_site), "provision")  # no record yet: the playbook, nothing contacted
+    assert first.code == EXIT_OK and len(fake.plans) == 1 and fleet.rounds == []
+    fake.reported = {results.APPLIED_SPECS: _specs()}
+    assert run_cli("-i", str(linux_site), "provision").code == EXIT_OK  # a whole run: its decision kept
+    assert len(fake.plans) == 2
+    res = run_cli("-i", str(linux_site), "--json", "provision")
+    assert res.code == EXIT_OK, res.err
+    assert len(fake.plans) == 2, "a no-op provision ran the playbook"
+    assert fleet.rounds == [["crs812", *NODES]]
+    doc = json.loads(res.out)
+    assert doc["path"]["path"] == "fast" and doc["playbook"] is None and doc["ok"] is True
+    assert set(doc["hosts"]) == {*NODES, "crs812"} and all(h["changed"] == 0 for h in doc["hosts"].values())
+    assert doc["applied"]["spark-1"] == {"firewall": {"run": False, "reasons": []}}
+    human = run_cli("-i", str(linux_site), "provision")
+    assert "provision: 4 nodes and crs812 up to date, 0 changed" in human.out and len(fake.plans) == 2
+
+
+def test_a_due_role_runs_the_playbook_and_options_skip_the_fast_path(
+    run_cli: Any, linux_site: Path, fake: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sparkctl.model import load_inventory
+    from sparkctl.serve import provfast
+
+    fleet = _Fleet(load_inventory(linux_site), due={"spark-2": "firewall"})
+    monkeypatch.setattr(provfast, "fleet_for", lambda cluster: fleet)
+    fake.reported = {results.APPLIED_SPECS: _specs()}
+    assert run_cli("-i", str(linux_site), "provision", "--limit", "spark-1").code == EXIT_OK
+    assert provfast.load(load_inventory(linux_site)) is None, "a --limit run is no whole run"
+    assert run_cli("-i", str(linux_site), "provision").code == EXIT_OK
+    res = run_cli("-i", str(linux_site), "provision")
+    assert res.code == EXIT_OK and len(fake.plans) == 3
+    flat = " ".join(res.out.split())
+    assert "firewall on spark-2: file /etc/sparkctl/firewall.nft: changed since it was applied" in flat
+    for opts in (["--check"], ["--diff"], ["--full"], ["--tags", "qos"], ["--limit", "spark-2"]):
+        rounds = len(fleet.rounds)
+        assert run_cli("-i", str(linux_site), "provision", *opts).code == EXIT_OK
+        assert len(fleet.rounds) == rounds, f"{opts} took the fast path's round"
+
+
+def test_a_node_that_does_not_answer_the_round_is_left_to_the_playbook_to_name(
+    run_cli: Any, linux_site: Path, fake: FakeRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sparkctl.model import load_inventory
+    from sparkctl.serve import provfast
+
+    fleet = _Fleet(load_inventory(linux_site), due={"spark-3": "dark"})
+    monkeypatch.setattr(provfast, "fleet_for", lambda cluster: fleet)
+    fake.reported = {results.APPLIED_SPECS: _specs()}
+    assert run_cli("-i", str(linux_site), "provision").code == EXIT_OK
+    res = run_cli("-i", str(linux_site), "provision")
+    assert res.code == EXIT_OK and len(fake.plans) == 2 and len(fleet.rounds) == 1
+    assert "spark-3: unreachable" not in res.out  # the playbook's failure line names it, once

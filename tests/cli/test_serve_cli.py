@@ -123,7 +123,10 @@ def test_preflight_refusal_starts_nothing(run_cli: Any, site: Site) -> None:
     assert res.code == EXIT_FAILED
     assert site.books() == []
     assert "preflight refused the start: 2 problem(s)" in res.err
-    assert "spark-3: reachable" in res.err and "spark-1: ports free" in res.err
+    flat = " ".join(res.err.replace("│", " ").split())
+    assert "spark-3 (10.250.0.13:22): unreachable: connection timed out" in flat
+    assert "spark-1: ports free" in flat
+    assert flat.count("spark-1: ports free") == 1  # printed once: in the error, not in a table as well
 
 
 def test_memory_floor_aborts_and_stops_everything(run_cli: Any, tmp_path: Path,
@@ -217,7 +220,8 @@ def test_failed_start_playbook_stops_everything(run_cli: Any, site: Site) -> Non
     res = run_cli("-i", str(site.inventory), "up")
     assert res.code == EXIT_FAILED
     assert site.books() == ["up.yml"] and site.stop_rounds() == 1
-    assert "spark-2" in res.err and "unit failed to start" in res.err
+    flat = " ".join(res.err.replace("│", " ").split())
+    assert "spark-2 (10.250.0.12:22): failed in 'Start the ranks of this wave': unit failed to start" in flat
 
 
 def test_ctrl_c_during_the_start_playbook_stops_everything(run_cli: Any, site: Site) -> None:
@@ -412,6 +416,9 @@ def test_bundle_with_unreachable_nodes_is_written_and_exits_1_naming_them(
     assert "2 of 4 nodes did not answer (spark-1, spark-2)" in " ".join(res.err.replace("│", " ").split())
     with tarfile.open(out) as tar:
         names = {m.name.split("/", 1)[1] for m in tar.getmembers()}
+        why = tar.extractfile(next(m for m in tar.getmembers() if m.name.endswith("spark-1/unreachable.txt")))
+        assert why is not None and why.read().decode().startswith(
+            "spark-1 (10.250.0.11:22): unreachable: connection timed out — check that spark-1 is powered on")
     assert {"nodes/spark-1/unreachable.txt", "nodes/spark-2/unreachable.txt",
             "nodes/spark-0/journal.txt"} <= names
 
@@ -470,3 +477,23 @@ def test_a_worker_that_fails_to_start_on_the_fast_path_stops_everything(run_cli:
     assert "spark-0" not in [n for n, what in site.nodes.calls if what == "start"]
     assert "spark-3: sparkctl-rank.service failed right after its start" in res.err
     assert "all 4 ranks were stopped" in res.err
+
+
+def test_a_start_playbook_failing_on_a_container_stopped_in_its_prestart_names_that_gate(
+        run_cli: Any, site: Site) -> None:
+    """Under load the playbook's wait saw spark-2's unit fail before the boot watch began: `up`
+    reported the wait ("installing and starting the rank units failed") instead of the kit
+    pre-start checks that stopped the container. The checks in its journal are the reason."""
+    from sparkctl.nodeside import prestart
+
+    site.fail_playbook = "up.yml"
+    site.nodes.state["spark-2"].journal = (
+        f"{prestart.BEGIN} kit /opt/sglang4\n"
+        f"{prestart.FAIL} sglang-commit env:SGLANG_BUILD_COMMIT expected {'c' * 40} actual {'d' * 40}\n"
+        f"{prestart.STOPPED} 1 of 9 checks failed; sglang not started\n")
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == EXIT_FAILED
+    assert site.books() == ["up.yml"] and site.stop_rounds() == 1
+    flat = " ".join(res.err.replace("│", " ").split())
+    assert "failed at the gate 'kit pre-start checks' on spark-2" in flat, flat
+    assert "1 check failed (sglang-commit)" in flat, flat

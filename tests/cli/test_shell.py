@@ -4,7 +4,6 @@ commands in lifecycle order, node names and ranks from the inventory, profiles, 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
@@ -16,13 +15,15 @@ from typing import Any
 
 import pytest
 import yaml
+from support import qa_fakes
 from typer._click import Command
 from typer.core import TyperGroup
 from typer.main import get_command
 
-from sparkctl.cli import _register, app, qa_view
-from sparkctl.cli import qa as qa_cli
-from sparkctl.cli.shell import BUDGET_ENV, PANELS
+from sparkctl.cli import _register, app
+from sparkctl.cli.completion import BUDGET_ENV
+from sparkctl.cli.shell import PANELS
+from sparkctl.qa import verbs
 
 LIFECYCLE = ["validate", "plan", "profiles", "preflight", "provision", "switch", "check", "stage",
              "up", "down", "status", "logs", "bundle", "qualify", "bench"]
@@ -75,7 +76,9 @@ def test_help_lists_the_lifecycle_panels_in_order(run_cli: Any) -> None:
     assert offsets == sorted(offsets)
     assert "─ Commands ─" not in res.out  # every command sits in a lifecycle panel
     lines = res.out.splitlines()
-    listed = [ln.split()[1] for ln in lines if ln.startswith("│ ") and len(ln.split()) > 1]
+    # a command's own row, not a help text wrapped onto the next one ("… a Linux switch on …")
+    listed = [ln.split()[1] for ln in lines if ln.startswith("│ ") and not ln.startswith("│  ")
+              and len(ln.split()) > 1]
     assert [c for c in listed if c in LIFECYCLE] == LIFECYCLE
 
 
@@ -151,20 +154,20 @@ def test_bash_runs_the_installed_completion_function(tmp_path: Path, example_cop
 def test_an_inventory_slower_than_the_budget_offers_nothing_and_waits_no_longer(
     complete: Any, example_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sparkctl.cli import shell
+    from sparkctl.cli import completion
 
     def slow(path: Path) -> Any:
         time.sleep(2.0)  # past the budget: completion must have answered already
         raise RuntimeError("too slow")
 
-    monkeypatch.setattr(shell, "load_inventory", slow)
+    monkeypatch.setattr(completion, "load_inventory", slow)
     t0 = time.monotonic()
     assert complete("sparkctl logs ", SPARKCTL_INVENTORY=str(example_copy), **{BUDGET_ENV: "0.2"}) == []
     assert time.monotonic() - t0 < 1.5
-    for raw, budget in (("0.2", 0.2), ("", shell.LOAD_BUDGET_S), ("soon", shell.LOAD_BUDGET_S),
-                        ("-1", shell.LOAD_BUDGET_S)):
+    for raw, budget in (("0.2", 0.2), ("", completion.LOAD_BUDGET_S), ("soon", completion.LOAD_BUDGET_S),
+                        ("-1", completion.LOAD_BUDGET_S)):
         monkeypatch.setenv(BUDGET_ENV, raw)
-        assert shell.load_budget_s() == budget
+        assert completion.load_budget_s() == budget
 
 
 def test_completion_of_ranks_uses_the_inventory_from_the_environment(
@@ -182,7 +185,8 @@ def test_completion_of_limit_lists_hosts_and_skips_chosen_ones(complete: Any, ex
 
 
 def test_completion_of_profiles_tags_and_stage_targets(complete: Any) -> None:
-    assert complete("sparkctl profiles show ") == ["lab", "m1-1m", "r4-nvme"]
+    assert complete("sparkctl profiles show ") == [
+        "lab", "m1-1m", "mia-ring-tp4", "mia-tp3", "mia-tp8", "r4-nvme", "sg17-tp8"]
     assert complete("sparkctl provision --tags fabric,q") == ["fabric,qos"]
     assert complete("sparkctl stage ") == ["kit", "image", "weights", "engram", "all"]
     assert complete("sparkctl switch ") == ["show", "diff", "apply"]
@@ -211,14 +215,9 @@ def test_results_directory_comes_from_the_environment(
         seen.append(results)
         return SimpleNamespace(passed=True, to_dict=lambda: {"passed": True}, results_dir=results / "q")
 
-    @contextlib.contextmanager
-    def no_guard(cluster: Any) -> Any:  # the example's nodes are not there to be sampled
-        yield SimpleNamespace(record_dir=None, summary=lambda: {"breach": None, "lowest_gib": None})
-
-    monkeypatch.setattr(qa_view, "run_qualify", fake_qualify)
-    monkeypatch.setattr(qa_cli, "_guard", no_guard)
-    quiet = SimpleNamespace(summary=dict)  # nor their GPUs
-    monkeypatch.setattr(qa_cli, "_thermals", lambda cluster: contextlib.nullcontext(quiet))
+    monkeypatch.setattr(verbs, "run_qualify", fake_qualify)
+    # The example's nodes are not there: no memory, GPUs or identity to read.
+    qa_fakes.use(monkeypatch, qa_fakes.qa_tools(memory={"lowest_gib": None}))
     monkeypatch.setenv("SPARKCTL_RESULTS", str(tmp_path / "evidence"))
     res = run_cli("-i", str(example_copy), "--json", "qualify")
     assert res.code == 0, res.err

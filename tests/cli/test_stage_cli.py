@@ -104,3 +104,39 @@ def test_bad_inventory_exits_2_without_running(run_cli: Any, example_copy: Path,
 def test_unknown_what_is_a_usage_error(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:
     res = run_cli("-i", str(example_copy), "stage", "everything")
     assert res.code == EXIT_USAGE and fake.plans == []
+
+
+def test_stage_engram_on_a_resident_engram_site_packs_nothing_and_says_so(
+        run_cli: Any, tmp_path: Path, fake: FakeRunner) -> None:
+    import shutil
+
+    site = tmp_path / "tp8"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "inventory" / "examples" / "switch-tp8", site)
+    res = run_cli("-i", str(site), "stage", "engram")
+    assert res.code == EXIT_OK, res.err
+    assert fake.plans == []
+    assert "nothing to pack" in res.out and "sg17-tp8" in res.out
+    res = run_cli("-i", str(site), "--json", "stage", "engram")
+    assert res.code == EXIT_OK, res.err
+    assert "resident" in json.loads(res.out)["note"] and fake.plans == []
+
+
+def test_stage_on_a_site_mixing_packed_and_resident_groups_names_the_resident_nodes(
+        run_cli: Any, tmp_path: Path, fake: FakeRunner) -> None:
+    import shutil
+
+    import yaml
+
+    site = tmp_path / "two"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "inventory" / "examples" / "switch-2xtp4", site)
+    gv = site / "group_vars" / "all" / "sparkctl.yml"
+    doc = yaml.safe_load(gv.read_text())
+    doc["sparkctl_groups"][1]["profile_overrides"] = {
+        "engram": "resident", "memory": {"engram_packed_gib": 0},
+        "env": {"OFFLOAD_MODE": None, "DSV41_PACKED_DIR": None}}
+    gv.write_text(yaml.safe_dump(doc))
+    res = run_cli("-i", str(site), "stage", "engram", "--force")
+    assert res.code == EXIT_OK, res.err
+    flat = " ".join(res.out.split())
+    assert "no shards packed on group b (m1-1m): spark-4, spark-5, spark-6, spark-7" in flat
+    assert [p.playbook for p in fake.plans] == ["stage.yml"]  # group a's nodes still pack

@@ -145,7 +145,7 @@ def test_status_watch_piped_prints_one_snapshot_per_interval(
     import time as time_mod
     import types
 
-    from sparkctl.cli import serve as serve_cli
+    from sparkctl.cli import status as status_cli
 
     sleeps: list[float] = []
 
@@ -157,7 +157,7 @@ def test_status_watch_piped_prints_one_snapshot_per_interval(
 
     # The command's own clock only: its pause between snapshots (nothing else in the process).
     clock = types.SimpleNamespace(sleep=sleep, strftime=time_mod.strftime, time=time_mod.time)
-    monkeypatch.setattr(serve_cli, "time", clock)
+    monkeypatch.setattr(status_cli, "time", clock)
     res = run_cli("-i", str(site.inventory), "status", "--watch", *(["--json"] if as_json else []))
     assert res.code == EXIT_OK, res.err
     if as_json:

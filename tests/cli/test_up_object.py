@@ -60,7 +60,10 @@ def test_up_starts_through_its_collaborators_into_one_run_directory(site: Any, t
     assert out.checks and all(c.ok for c in out.checks)  # --verbose: every preflight check
     assert (OK, f"preflight: {len(out.checks)} checks passed on 4 nodes") in out.said
     assert out.states and out.states[-1].rows[site.cluster.head.name].phases["ready"] == bootwatch.OK
-    assert set(result.timeline) == {"last_start_s", "ready_s", "done_s"}
+    t = result.timeline
+    order = ["snapshot_s", "preflight_s", "check_s", "last_start_s", "ready_s", "server_info_s", "chat_s",
+             "done_s"]
+    assert set(order) <= set(t) and [t[k] for k in order] == sorted(t[k] for k in order), t
     assert result.as_dict(site.cluster.name)["records"] == str(tmp_path / "run-up")
 
 
@@ -86,3 +89,30 @@ def test_down_stops_over_ssh_then_has_nothing_to_stop(site: Any) -> None:
     assert (first.path, first.stopped) == ("ssh", True) and site.stop_rounds() == 1
     again = Down(site.cluster, site.doc, site.tools, Recorded()).run()
     assert again.path == "fast" and site.books() == [] and site.stop_rounds() == 1
+
+
+def test_up_groups_and_down_groups_take_each_group_in_turn_on_its_own_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from support.groups_site import TwoGroupSite
+
+    from sparkctl.serve.down import down_groups
+    from sparkctl.serve.up import up_groups
+
+    site = TwoGroupSite(tmp_path, monkeypatch)
+    out = Recorded()
+    started = [(t.group, per, r.changed) for t, per, r in up_groups(site.cluster, site.tools, out)]
+    assert started == [("a", True, True), ("b", True, True)]
+    assert [p.limit for p in site.plans if p.playbook == "up.yml"] == ["spark-0,spark-1", "spark-2,spark-3"]
+    headers = [text for _, text in out.said if text.startswith("[bold]group ")]
+    assert headers == ["[bold]group a[/bold] (spark-0,spark-1)", "[bold]group b[/bold] (spark-2,spark-3)"]
+    stopped = [(t.group, per_group, r.path) for t, per_group, r in
+               down_groups(site.cluster, site.tools, Recorded(), ["b"])]
+    assert stopped == [("b", True, "ssh")]
+
+
+def test_a_site_of_one_group_is_one_target_the_site_itself(site: Any) -> None:
+    from sparkctl.serve.down import down_groups
+
+    ((target, per_group, result),) = list(down_groups(site.cluster, site.tools, Recorded()))
+    assert (target.cluster, target.limit, per_group, result.path) == (site.cluster, None, False, "fast")

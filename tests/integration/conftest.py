@@ -82,18 +82,26 @@ def pytest_configure(config: pytest.Config) -> None:
 # lifecycle (`reset` takes everything off the nodes, then puts it back); the wheel. Every module
 # still sets up what it needs when run alone. Modules not listed run after these, by name.
 #
-# `make integration` runs two streams side by side (pytest-xdist, -n 2: the scheduler below gives
-# each stream whole, in this order, to one worker and its own lab). Each stream is about half the
-# lab tests' CPU: the serving path on one; the lab's own checks, first-day safety, the supervisor
-# and the lifecycle on the other. One process without xdist runs both, one after the other.
+# `make integration` runs three streams side by side (pytest-xdist, -n 3: the scheduler below gives
+# each stream whole, in this order, to one worker and its own lab; with two, the cores sat a quarter
+# idle, waiting on boots, timers and readiness). The staged and serving path on one; provisioning,
+# the fast paths, monitoring, qualify/bench, the wheel and day one on another; the lab's own checks,
+# first-day safety, the supervisor and the lifecycle on the third. One process without xdist runs
+# them all, one after the other.
 STREAMS = (
-    ("test_image", "test_kit", "test_stage", "test_provision", "test_thermals_lab",
-     "test_sim_by_hand", "test_serve", "test_m1_smoke_lab", "test_up_fast", "test_monitoring_lab", "test_qa",
-     "test_ssh_port_lab"),
+    ("test_image", "test_kit", "test_stage", "test_sim_by_hand", "test_serve", "test_m1_smoke_lab",
+     "test_shape_triangle_lab", "test_shape_ring_lab"),
+    ("test_provision", "test_thermals_lab", "test_up_fast", "test_monitoring_lab", "test_qa",
+     "test_ssh_port_lab", "test_vault", "test_wheel_install", "test_router_lab", "test_day_one_lab"),
     ("test_lab", "test_lab_docker", "test_lifecycle", "test_revert", "test_provision_fast",
-     "test_watch", "test_watch_lifecycle", "test_vault", "test_wheel_install"),
+     "test_watch", "test_watch_lifecycle", "test_groups_lab"),
 )  # fmt: skip
 MODULE_ORDER = tuple(name for stream in STREAMS for name in stream)
+# Lab modules `make test` leaves out for their cost: eight nodes serving TP8 is the heaviest lab there
+# is (394 s alone on the two cores, beside three other labs it would lengthen a stream by more).
+# `make integration-heavy` runs them (SPARKCTL_LAB_HEAVY=only: these alone; =1: with the rest).
+HEAVY = ("test_shape_tp8_lab", "test_shape_2xtp4_lab")
+HEAVY_ENV = "SPARKCTL_LAB_HEAVY"
 
 
 def _module_rank(item: pytest.Item) -> tuple[int, str]:
@@ -122,6 +130,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    heavy = os.environ.get(HEAVY_ENV, "")
+    if heavy == "only":
+        keep = [it for it in items if it.path.stem in HEAVY]
+        config.hook.pytest_deselected(items=[it for it in items if it.path.stem not in HEAVY])
+        items[:] = keep
+    elif heavy != "1":
+        skip = pytest.mark.skip(reason=f"a heavy lab module, left out of make test: make integration-heavy "
+                                       f"runs it ({HEAVY_ENV}=only)")
+        for it in items:
+            if it.path.stem in HEAVY:
+                it.add_marker(skip)
     # Modules in MODULE_ORDER (a stable sort: the tests of a module keep their order). The lab's own
     # teardown checks (lab_last; test_lab.py's at the very end) go last: they take the lab down.
     items.sort(key=_module_rank)
@@ -138,7 +157,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # /proc/stat, all processes: the nodes' share included). SPARKCTL_TEST_CPU_LOG=FILE adds one JSON
 # line per test (worker, start time, wall seconds, busy core-seconds): a test with much wall time
 # and little CPU is waiting (timers, boots), one near the core count is compute-bound. Under xdist
-# the busy figure is the whole machine's, both streams' share in it.
+# the busy figure is the whole machine's, every stream's share in it.
 
 
 def _busy_core_seconds() -> float | None:
@@ -382,6 +401,15 @@ class Lab:
                 )
 
     # --- fixtures' preconditions, cached inside the session -------------------------------------
+
+    def prepare_serving(self) -> None:
+        """What serving needs, as a module fixture's precondition: the roles serving depends on
+        (the firewall and the switch have their own tests), then everything staged."""
+        proc = self.run_sparkctl("provision", "--tags", "base,fabric,qos,runtime", timeout=900)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout)[-2000:]
+            raise AssertionError(f"provision exited {proc.returncode}: {tail}")
+        self.ensure_staged()
 
     def ensure_staged(self, *args: str, timeout: float = 1800) -> bool:
         """`sparkctl stage ARGS` as a module fixture's precondition. Skipped (False)
@@ -643,3 +671,13 @@ def lab() -> Iterator[Lab]:
         return
     left = control.down()
     assert not left, f"lab down left things behind: {left}"
+
+
+@pytest.fixture(scope="module")
+def served(lab: Lab) -> Iterator[Lab]:
+    """The lab provisioned for serving and staged once for the module; at its end the lab is healed
+    (chaos undone) and every rank stopped."""
+    lab.prepare_serving()
+    yield lab
+    lab.heal()
+    lab.run_sparkctl("down")

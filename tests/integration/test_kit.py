@@ -89,39 +89,53 @@ def test_stage_kit_fans_out_then_moves_nothing(lab: Any, staged: dict[str, Any])
     assert all(set(k["transfer"]["counts"]) == {"keep"} for k in again.values()), again
 
 
-def test_one_changed_byte_on_spark_1_is_named_and_up_refuses(lab: Any, staged: dict[str, Any]) -> None:
-    kit = staged["kit"]
-    node = lab.nodes[1]
-    # Everything else `up` needs is in place (image, checkpoint, shards), so only the kit can stop it.
+def _damage_named_and_refused(
+    lab: Any, node: str, path: str, damage: str, refused: str, detail: str
+) -> tuple[str, dict[str, Any]]:
+    """With everything `up` needs staged, `damage` (a shell command) alters `path` on `node`: then
+    `stage kit --verify-only` names exactly that node with `refused` (node, kit, file) and `detail`
+    (what differs, both digests), `up` refuses naming `refused` and starts nothing, and the next
+    `stage kit` repairs it. Returns the good digest and that last stage's document."""
     proc = lab.run_sparkctl("stage", "all", timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rel = f"{kit['overlay_source']}/{kit['overlays'][0]}"
-    path = f"{kit['store']}/{kit['commit']}/{rel}"
     good = _sha(lab, node, path)
-    lab.ssh(node, f"printf X | dd of={shlex.quote(path)} bs=1 seek=0 conv=notrunc status=none")
+    lab.ssh(node, damage)
     bad = _sha(lab, node, path)
     assert bad != good
+    named = refused + detail.format(good=good, bad=bad)
     try:
         rc, _, err = _stage(lab, "--verify-only")
         text = _flat(err)
         assert rc == 1, err
-        assert f"{node}: kit {kit['commit']} fails verification: {rel}: content differs" in text, err
-        assert f"(expected {good}, actual {bad})" in text, err
+        assert named in text, err
         assert not any(f"{other}: kit" in text for other in lab.nodes if other != node), err
 
         proc = lab.run_sparkctl("up", "--yes", timeout=900)
-        text = _flat(proc.stderr)
         assert proc.returncode == 1, proc.stderr[-3000:]
-        assert f"{node}: kit {kit['commit']} fails verification: {rel}" in text, proc.stderr[-3000:]
+        assert refused in _flat(proc.stderr), proc.stderr[-3000:]
         for n in lab.nodes:  # nothing was started
             assert lab.ssh(n, "docker ps -q").stdout.strip() == "", n
     finally:
-        rc, doc, err = _stage(lab)  # the next stage brings spark-1 the kit's bytes again
+        rc, doc, err = _stage(lab)  # the next stage repairs that node
     assert rc == 0, err
     assert _sha(lab, node, path) == good
-    assert doc["nodes"][node]["kit"]["transfer"]["bytes_moved"] > 0
     rc, _, err = _stage(lab, "--verify-only")
     assert rc == 0, err
+    return good, doc
+
+
+def test_one_changed_byte_on_spark_1_is_named_and_up_refuses(lab: Any, staged: dict[str, Any]) -> None:
+    kit = staged["kit"]
+    node = lab.nodes[1]
+    # Everything else `up` needs is in place (image, checkpoint, shards), so only the kit can stop it.
+    rel = f"{kit['overlay_source']}/{kit['overlays'][0]}"
+    path = f"{kit['store']}/{kit['commit']}/{rel}"
+    _, doc = _damage_named_and_refused(
+        lab, node, path, f"printf X | dd of={shlex.quote(path)} bs=1 seek=0 conv=notrunc status=none",
+        f"{node}: kit {kit['commit']} fails verification: {rel}",
+        ": content differs (expected {good}, actual {bad})",
+    )
+    assert doc["nodes"][node]["kit"]["transfer"]["bytes_moved"] > 0  # the kit's bytes came again
 
 
 # --- the kit's build steps (the lab profile declares R4's two: b12x extracted, row store compiled) ---
@@ -176,33 +190,11 @@ def test_an_altered_library_on_one_node_is_named_and_up_refuses(lab: Any, staged
     kit = staged["kit"]
     step = _compile_step(kit)
     node = lab.nodes[2]
-    proc = lab.run_sparkctl("stage", "all", timeout=1800)  # everything `up` needs, products included
-    assert proc.returncode == 0, proc.stderr[-3000:]
     lib = f"{kit['store']}/{kit['commit']}/{step['product']}"
-    good = _sha(lab, node, lib)
-    lab.ssh(node, f"printf X >> {shlex.quote(lib)}")
-    bad = _sha(lab, node, lib)
-    assert bad != good
-    try:
-        rc, _, err = _stage(lab, "--verify-only")
-        text = _flat(err)
-        assert rc == 1, err
-        assert (f"{node}: kit {kit['commit']} fails verification: {step['product']}: build product differs "
-                f"from the build record (expected {good}, actual {bad})") in text, err
-        assert not any(f"{other}: kit" in text for other in lab.nodes if other != node), err
-
-        proc = lab.run_sparkctl("up", "--yes", timeout=900)
-        text = _flat(proc.stderr)
-        assert proc.returncode == 1, proc.stderr[-3000:]
-        refused = f"{node}: kit {kit['commit']} fails verification: {step['product']}"
-        assert refused in text, proc.stderr[-3000:]
-        for n in lab.nodes:  # nothing was started
-            assert lab.ssh(n, "docker ps -q").stdout.strip() == "", n
-    finally:
-        rc, doc, err = _stage(lab)  # the next stage rebuilds that node's library
-    assert rc == 0, err
-    assert _sha(lab, node, lib) == good
-    assert doc["nodes"][node]["kit"]["build"]["built"] is True
+    _, doc = _damage_named_and_refused(
+        lab, node, lib, f"printf X >> {shlex.quote(lib)}",
+        f"{node}: kit {kit['commit']} fails verification: {step['product']}",
+        ": build product differs from the build record (expected {good}, actual {bad})",
+    )
+    assert doc["nodes"][node]["kit"]["build"]["built"] is True  # that node's library rebuilt, no other
     assert not any(doc["nodes"][n]["kit"]["build"]["built"] for n in lab.nodes if n != node)
-    rc, _, err = _stage(lab, "--verify-only")
-    assert rc == 0, err

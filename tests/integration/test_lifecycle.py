@@ -1,12 +1,10 @@
-"""`sparkctl upgrade` and `sparkctl reset` on the lab, over real SSH.
+"""`sparkctl upgrade` on the lab, over real SSH.
 
 upgrade: a tiny .deb built here (dpkg-deb) is the pinned update, installed one node at a time; an
 identity field changed on spark-2 before the run reaches it (its OS name) stops the run at spark-2
 with spark-3 untouched and the group down; with spark-2 put back, a second run resumes, changes
 nothing on the nodes already done, and ends with stage verification and the gated up (ready).
-reset: everything sparkctl put on the nodes goes (units, /etc/sparkctl, netplan, table, exporter,
-run dir) while SSH and the NVMe data stay; `provision` restores it and a second `provision` changes
-nothing; `sparkctl plan` is the same before and after. The lab is left provisioned, staged and up.
+(`reset` is tested under a running supervisor: tests/integration/test_watch_lifecycle.py.)
 
 The lab inventory gets its sparkctl_upgrade section in a copy (the lab's own stays as `lab up`
 wrote it); the lab does not reboot nodes from inside (`reboot: false`, a choice of the inventory).
@@ -158,51 +156,3 @@ def test_upgrade_walks_the_nodes_one_at_a_time_and_stops_at_an_identity_mismatch
     assert doc["mismatched"] == []
     assert [_installed(lab, n) for n in NODES] == ["1.1"] * 4
     assert lab.run_sparkctl("status", json_out=True).returncode == 0
-
-
-SPARKCTL_PATHS = [
-    "/etc/systemd/system/sparkctl-rank.service", "/etc/sparkctl", "/etc/netplan/40-sparkctl-fabric.yaml",
-    "/etc/systemd/system/sparkctl-exporter.service", "/etc/systemd/system/sparkctl-firewall.service",
-    "/opt/sparkctl", "/srv/sparkctl/run",
-]
-
-
-def _present(lab: Lab, node: str, paths: list[str]) -> list[str]:
-    cmd = " ; ".join(f"test -e {p} && echo {p}" for p in paths) + " ; true"
-    return lab.ssh(node, cmd).stdout.split()
-
-
-def test_reset_then_provision_restores_the_same_state(lab: Lab, served: None) -> None:
-    plan_before = lab.run_sparkctl("plan", json_out=True).stdout
-    data_before = lab.ssh("spark-1", "find /mnt/nvme/engram-tp4 -type f | sort | xargs sha256sum").stdout
-
-    there = _present(lab, "spark-0", SPARKCTL_PATHS)
-    assert "/etc/sparkctl" in there and "/etc/netplan/40-sparkctl-fabric.yaml" in there
-    refused = lab.run_sparkctl("reset")  # no terminal, no --yes: bad input, nothing touched
-    assert refused.returncode == 2, refused.stderr[-2000:]
-    assert _present(lab, "spark-0", SPARKCTL_PATHS) == there
-    reset = lab.run_sparkctl("reset", "--yes", timeout=900)
-    assert reset.returncode == 0, _said(reset)
-    for node in NODES:
-        assert _present(lab, node, SPARKCTL_PATHS) == [], node
-        table = lab.ssh(node, "nft list table inet sparkctl >/dev/null 2>&1 && echo yes || echo no")
-        assert table.stdout.strip() == "no", node
-        assert lab.ssh(node, "ip -4 -o addr show dev enp1s0f0np0 scope global").stdout.strip() == ""
-    # SSH still answers, over a fresh connection, and the NVMe data is intact.
-    data_after = lab.ssh("spark-1", "find /mnt/nvme/engram-tp4 -type f | sort | xargs sha256sum").stdout
-    assert data_after == data_before
-    assert lab.run_sparkctl("status", json_out=True).returncode == 3
-
-    first = lab.run_sparkctl("provision", json_out=True, timeout=1800)
-    assert first.returncode == 0, _said(first)
-    second = lab.run_sparkctl("provision", json_out=True, timeout=1800)
-    assert second.returncode == 0, _said(second)
-    changed = {h: s["changed"] for h, s in _first_json(second.stdout)["hosts"].items()}
-    assert set(changed.values()) == {0}, changed
-    assert lab.run_sparkctl("plan", json_out=True).stdout == plan_before
-
-    # Serving-capable again: the kit and the image were staged data too.
-    stage = lab.run_sparkctl("stage", "all", timeout=1800)
-    assert stage.returncode == 0, _said(stage)
-    up = lab.run_sparkctl("up", "--yes", timeout=900)
-    assert up.returncode == 0, _said(up)

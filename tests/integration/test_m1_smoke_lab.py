@@ -10,7 +10,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,15 +30,6 @@ def _ok(proc: Any, what: str) -> None:
     assert proc.returncode == 0, (
         f"{what} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     )
-
-
-@pytest.fixture(scope="module")
-def served(lab: Lab) -> Iterator[Lab]:
-    _ok(lab.run_sparkctl("provision", "--tags", "base,fabric,qos,runtime", timeout=900), "provision")
-    lab.ensure_staged()
-    yield lab
-    lab.heal()
-    lab.run_sparkctl("down")
 
 
 def _up_with_m1_smoke(lab: Lab, tmp_path: Path, faults: list[str]) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import time
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from support.ports import free_port as _free_port
 
 from sparkctl.render import monitoring
 
@@ -48,12 +48,6 @@ def _get(url: str, headers: dict[str, str] | None = None, body: Any = None, time
     req = urllib.request.Request(url, data=data, headers=hdrs)
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return json.loads(resp.read())
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
+from sparkctl.model import load_inventory
+from sparkctl.render import fabric
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,6 +80,20 @@ def test_check_fabric_passes(lab: Any, provisioned: dict[str, Any]) -> None:
     assert not any(s.endswith(": ok") for s in doc["skipped"])
 
 
+def test_check_fabric_pings_the_rendered_matrix(lab: Any, provisioned: dict[str, Any]) -> None:
+    """The probe sends the pings sparkctl renders (sparkctl_cluster.fabric_check): on the switched lab
+    every ordered pair over every half, each ping labelled with the peer's port and the half's subnet."""
+    proc = lab.run_sparkctl("check", "fabric", json_out=True, timeout=300)
+    doc = _json(proc)
+    assert proc.returncode == 0, doc["problems"]
+    assert doc["absent"] == []
+    matrix = fabric.check_matrix(load_inventory(lab.inventory))
+    sent = sorted((p["src"], p["dst"], p["netdev"], p["dst_netdev"], p["subnet"]) for p in doc["pairs"])
+    wanted = sorted((src, p["peer"], p["netdev"], p["dst_netdev"], p["subnet"])
+                    for src, pings in matrix["pings"].items() for p in pings)
+    assert sent == wanted and len(sent) == 24
+
+
 def test_check_fabric_names_a_switch_port_at_mtu_1500(lab: Any, provisioned: dict[str, Any]) -> None:
     with lab.port_mtu("s2a", 1500):
         proc = lab.run_sparkctl("check", "fabric", json_out=True, timeout=300)
@@ -125,6 +142,105 @@ def test_powered_off_node_fails_naming_it(lab: Any, provisioned: dict[str, Any])
     for n in ("spark-0", "spark-1", "spark-2"):
         assert doc["hosts"][n]["changed"] == 0, doc["hosts"][n]
         assert lab.ssh(n, sums).stdout == states[n]
+
+
+# The causes a switched-off node shows through the real SSH and Mitogen (the machine is gone: its
+# address times out or has no route, depending on the kernel's neighbour state).
+_OFF_CAUSES = ("connection timed out", "no route to the node", "connection refused")
+
+
+def test_a_node_that_does_not_answer_is_named_the_same_by_every_verb(
+        lab: Any, provisioned: dict[str, Any]) -> None:
+    """One exit code (1) for a node that does not answer; one line naming it with the cause in words,
+    printed once; no Mitogen wrapper; no level or RDMA conclusion drawn from it. spark-3's management
+    link is cut (its power is test_powered_off_node_fails_naming_it's)."""
+    with lab.link_down("spark-3", mgmt=True):
+        for verb in (["preflight"], ["check", "fabric"], ["status"], ["logs", "-n", "1"], ["provision"]):
+            proc = lab.run_sparkctl(*verb, timeout=900)
+            said = " ".join((proc.stdout + proc.stderr).replace("│", " ").split())
+            assert proc.returncode == 1, (verb, said[-3000:])
+            assert "spark-3 (" in said and "unreachable" in said, (verb, said[-3000:])
+            assert any(cause in said for cause in _OFF_CAUSES), (verb, said[-3000:])
+            assert "EOF on stream" not in said, (verb, said[-3000:])
+            if verb in (["preflight"], ["provision"]):
+                line = next(ln for ln in said.split("• ") if ln.startswith("spark-3 ("))
+                assert said.count(line.split(" — ")[0]) == 1, (verb, said[-3000:])  # printed once
+            if verb == ["preflight"]:
+                assert "one level" not in said and "identity differs" not in said, said[-3000:]
+            if verb == ["check", "fabric"]:
+                assert "absent on every node" not in said and "likely culprit: spark-3" not in said
+
+
+def test_a_relative_known_hosts_is_read_from_the_inventory_directory(
+    lab: Any, provisioned: dict[str, Any], tmp_path: Path
+) -> None:
+    """A site whose known_hosts is named relatively validates and reaches its nodes from any
+    directory; `validate` names the file when it is missing."""
+    lab.heal()
+    site = tmp_path / "site"
+    shutil.copytree(lab.inventory, site)
+    hosts = yaml.safe_load((site / "hosts.yml").read_text())
+    pinned = site / "pinned_hosts"
+    args = hosts["all"]["vars"]["ansible_ssh_common_args"].split()
+    for i, word in enumerate(args):
+        if word.startswith("UserKnownHostsFile="):
+            shutil.copy(word.split("=", 1)[1], pinned)
+            args[i] = "UserKnownHostsFile=pinned_hosts"
+    hosts["all"]["vars"]["ansible_ssh_common_args"] = " ".join(args)
+    (site / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def sparkctl(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "sparkctl", "-i", str(site), *argv], capture_output=True,
+                              text=True, cwd="/", env=env, timeout=900)
+
+    assert sparkctl("validate").returncode == 0
+    status = sparkctl("--json", "status")  # the nodes answer over SSH (the ranks are not up: 3)
+    assert status.returncode in (0, 3), status.stderr[-3000:]
+    assert all(n["reachable"] for n in json.loads(status.stdout)["nodes"]), status.stdout[-3000:]
+    assert sparkctl("preflight").returncode == 0  # Ansible, too, reads the inventory's file
+    pinned.unlink()
+    proc = sparkctl("--json", "validate")
+    assert proc.returncode == 2
+    (line,) = json.loads(proc.stdout)["errors"]
+    assert f"UserKnownHostsFile {site}/pinned_hosts" in line and "does not exist" in line
+
+
+def test_a_changed_host_key_is_named_as_a_mismatch(lab: Any, provisioned: dict[str, Any],
+                                                   tmp_path: Path) -> None:
+    """A site whose pinned key for spark-2 is not the one spark-2 offers: sparkctl's own SSH and
+    Ansible both stop at it and say so in words, naming the node and what to check."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    lab.heal()
+    site = tmp_path / "site"
+    shutil.copytree(lab.inventory, site)
+    hosts = yaml.safe_load((site / "hosts.yml").read_text())
+    args = hosts["all"]["vars"]["ansible_ssh_common_args"].split()
+    lines: list[str] = []
+    for i, word in enumerate(args):
+        if word.startswith("UserKnownHostsFile="):
+            args[i] = "UserKnownHostsFile=pinned_hosts"
+            lines = Path(word.split("=", 1)[1]).read_text().splitlines()
+    # Another key of the type the node offers (ed25519): of another type, ssh would report no key
+    # of that type known for the host (an unknown key), not a changed one.
+    other = Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    spark2 = [ln for ln in lines if ln.split(" ", 1)[0].split(",")[0] == "spark-2"]
+    assert spark2, lines
+    changed = [ln if ln not in spark2 else f"{ln.split(' ', 1)[0]} {other}"
+               for ln in lines]
+    (site / "pinned_hosts").write_text("\n".join(changed) + "\n")
+    hosts["all"]["vars"]["ansible_ssh_common_args"] = " ".join(args)
+    (site / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False))
+    for verb in (["status"], ["preflight"]):
+        proc = subprocess.run([sys.executable, "-m", "sparkctl", "-i", str(site), *verb], capture_output=True,
+                              text=True, cwd=REPO, timeout=900)
+        said = " ".join((proc.stdout + proc.stderr).replace("│", " ").split())
+        assert proc.returncode == 1, (verb, said[-3000:])
+        assert "spark-2" in said and "host key mismatch" in said, (verb, said[-3000:])
+        assert "EOF on stream" not in said, (verb, said[-3000:])
 
 
 def test_manual_ansible_playbook_works(lab: Any, provisioned: dict[str, Any]) -> None:

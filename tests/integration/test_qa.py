@@ -6,7 +6,9 @@ earlier test already left rank 0 ready.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -65,6 +67,23 @@ def test_qualify_full_passes_on_the_lab(serving: Lab, tmp_path: Path) -> None:
         "report.json", "needle.json", "text.json", "text-after.json", "image-four-after.json",
         "memory-guard.json",
     }  # fmt: skip
+    # R4's probes, answered by the simulator in the lab's engine image from the probe file it carries
+    one = json.loads((evidence / "image-one.json").read_text())["data"]
+    assert json.loads(one["answer"]) == one["expected"] == {
+        "code": "NORTH 7314", "left_shape": "red square", "right_shape": "blue circle",
+    }
+    four = json.loads((evidence / "image-four.json").read_text())["data"]
+    assert json.loads(four["answer"]) == ["NORTH 7314", "SOUTH 8265", "EAST 1948", "WEST 5620"]
+    needle = json.loads((evidence / "needle.json").read_text())["data"]
+    assert needle["published_sizes"] is False  # the lab's 32K context is too small for R4's sizes
+    assert all(r["passed"] and r["found"] and r["sized"] for r in needle["rungs"])
+    # What produced it, and no GPU read during the suite (before and after it only).
+    from sparkctl.qa.identity import SourceIdentity
+
+    assert len(SourceIdentity.model_validate(doc["source_identity"]).nodes) == 4
+    assert doc["telemetry"]["gpu_checkpoints"] == 2 and doc["telemetry"]["gpu_queries_inside_windows"] == 0
+    assert {"source-identity.json", "measurement-summary.json", "measured-profile.json"} <= {
+        p.name for p in evidence.iterdir()}
     memory = doc["memory_guard"]
     assert memory["r4_published_lowest_gib"] == 19.52 and set(memory["vs_r4_receipt_gib"]) == set(
         memory["lowest_mem_available_gib"]
@@ -86,7 +105,9 @@ def test_bench_writes_json_table_and_plot(serving: Lab, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
     assert doc["simulator"] is True and not doc["errors"]
-    assert set(doc["published_sources"]) == {"r4-s1", "r4-s2", "m1"}
+    # R4's suites, M1's prefill, and the reference sets of the same coding bytes at C1.
+    assert set(doc["published_sources"]) == {"r4-s1", "r4-s2", "m1", "r4-sweep", "tony-rep1", "tony-rep2",
+                                             "tony-exl3", "tony-boot10", "sg17-tp8"}
     levels = {(lvl["workload"], lvl["concurrency"]): lvl for lvl in doc["levels"]}
     assert set(levels) == {(w, c) for w in ("coding", "prose") for c in (1, 4, 16)}
     for (workload, c), lvl in levels.items():
@@ -97,8 +118,36 @@ def test_bench_writes_json_table_and_plot(serving: Lab, tmp_path: Path) -> None:
         assert lvl["definition"] == want
     assert levels[("coding", 1)]["headline_tps"]["n"] == 3 and levels[("coding", 4)]["headline_tps"]["n"] == 2
     assert levels[("coding", 1)]["headline_tps"]["mean"] == pytest.approx(rate, rel=0.05)
-    assert [p["label"] for p in levels[("prose", 16)]["published"]] == ["M1"]
+    # M1 pins no sparkDash version or prompt: its C16 figure is listed as not compared, never drawn.
+    assert levels[("prose", 16)]["published"] == []
+    assert [p["label"] for p in levels[("prose", 16)]["published_not_compared"]] == ["M1"]
+    assert [p["label"] for p in levels[("coding", 1)]["published"]] == [
+        "R4 suite 1", "R4 suite 2", "R4 sweep", "Tony EXL3 rep 1", "Tony EXL3 rep 2", "Tony EXL3",
+        "Tony boot 10", "SG17 TP8"]
     assert levels[("prose", 16)]["queued"]  # the lab serves 8 slots
+    prose_c1 = levels[("prose", 1)]
+    assert prose_c1["headline_tps"]["n"] == 2 and prose_c1["excluded_warmup_batches"] == 0
+    # The publishers' workloads, byte for byte: the digests the published figures were measured with.
+    from sparkctl.qa import published
+    from sparkctl.qa.identity import SourceIdentity
+
+    for name in ("coding", "prose"):
+        assert doc["workloads"][name]["sha256"] == published.WORKLOAD_SHA256[name]
+    identity = SourceIdentity.model_validate(doc["source_identity"])
+    pinned = [published.WORKLOAD_SHA256[n] for n in ("coding", "prose")]
+    assert [w.sha256 for w in identity.workloads] == pinned
+    assert len(identity.nodes) == 4 and all(n.error is None and n.kernel for n in identity.nodes)
+    assert all(n.checkpoint["config_sha256"] for n in identity.nodes)
+    results = Path(doc["results_json"]).parent
+    for name in ("source-identity.json", "measurement-summary.json", "measured-profile.json"):
+        assert (results / name).is_file()
+    # Idle before and after each suite; the prose regime's 4,096-token prefill once per trial.
+    assert [c["when"] for c in doc["idle_checks"]] == [
+        f"{when} the {suite} suite" for suite in ("coding", "prose") for when in ("before", "after")]
+    assert all(c["running"] == 0 and c["waiting"] == 0 for c in doc["idle_checks"])
+    assert [p["trial"] for p in doc["trial_prefills"]] == [1, 2]
+    telemetry = doc["telemetry"]
+    assert telemetry["gpu_queries_inside_windows"] == 0 and telemetry["gpu_checkpoints"] >= 4
     sweep = doc["prefill"]["points"]
     assert [p["size"] for p in sweep] == ["4K", "16K", "32K", "64K", "128K"]
     assert sweep[2]["clamped"] and sweep[3]["skipped"] and sweep[4]["skipped"]  # the lab's context is 32K
@@ -110,3 +159,174 @@ def test_bench_writes_json_table_and_plot(serving: Lab, tmp_path: Path) -> None:
     table = serving.run_sparkctl("bench", *quick, "--results", str(tmp_path), env={"COLUMNS": "250"})
     assert table.returncode == 0
     assert "simulator" in table.stdout and "R4 suite 2" in table.stdout and "prefill sweep" in table.stdout
+
+
+CALL_LOG = "/run/sparkctl-sim/nvml-calls.log"  # sparkctl_sim.nvml.CALL_LOG
+
+
+def test_no_node_reads_its_gpu_for_bench_inside_a_timed_window(serving: Lab, tmp_path: Path) -> None:
+    # Each node's simulated NVML notes every reading while its call log exists; the readings of
+    # bench's thermal probe (a `python3 -` process over SSH) must all fall between bench's windows.
+    for node in serving.nodes:
+        serving.exec(node, "sh", "-c", f"mkdir -p /run/sparkctl-sim && : > {CALL_LOG}")
+    try:
+        args = ("--quick", "--concurrency", "1,4", "--prefill", "4K")
+        proc = serving.run_sparkctl("bench", *args, "--results", str(tmp_path), json_out=True)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        doc = json.loads(proc.stdout)
+        spans = doc["telemetry"]["window_spans"]
+        reads: list[float] = []
+        for node in serving.nodes:
+            log = serving.exec(node, "cat", CALL_LOG).stdout
+            reads += [float(line.split()[0]) for line in log.splitlines() if line.split()[2:] == ["-"]]
+    finally:
+        for node in serving.nodes:
+            serving.exec(node, "rm", "-f", CALL_LOG, check=False)
+    assert len(spans) == doc["telemetry"]["timed_windows"] > 0
+    assert reads, "the thermal probe never read a GPU: no checkpoint ran"
+    inside = [t for t in reads if any(start <= t <= end for start, end in spans)]
+    assert inside == [], f"{len(inside)} GPU reading(s) inside a timed window"
+
+
+def test_bench_refuses_a_busy_server_on_the_lab(serving: Lab, tmp_path: Path) -> None:
+    import threading
+
+    from sparkctl.model import load_inventory
+    from sparkctl.render.rank import served_model_name
+
+    cluster = load_inventory(serving.inventory)
+    key = serving.api_key_file.read_text().strip()
+    body = {"model": served_model_name(cluster), "max_tokens": 4000, "ignore_eos": True,
+            "messages": [{"role": "user", "content": "Write at length."}]}
+    url = f"http://{cluster.head.mgmt_ip}:{cluster.ports.api}"
+
+    def someone_else() -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300,
+                       headers={"Authorization": f"Bearer {key}"})
+
+    other = threading.Thread(target=someone_else, daemon=True)
+    other.start()
+    time.sleep(1.0)
+    proc = serving.run_sparkctl("bench", "--quick", "--concurrency", "1", "--workload", "coding",
+                                "--prefill", "none", "--results", str(tmp_path), json_out=True)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    error = json.loads(proc.stdout)["error"]
+    assert "rank 0 is busy before the coding suite: 1 running" in error["message"]
+    other.join(timeout=300)
+
+
+def test_qualify_checks_idle_and_refuses_a_busy_server_on_the_lab(serving: Lab, tmp_path: Path) -> None:
+    import threading
+
+    from sparkctl.model import load_inventory
+    from sparkctl.render.rank import served_model_name
+
+    proc = serving.run_sparkctl("qualify", "--suite", "quick", "--results", str(tmp_path), json_out=True)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    doc = json.loads(proc.stdout)
+    assert [(r["when"], r["running"], r["waiting"]) for r in doc["idle"]] == [
+        ("before the qualify suite", 0, 0), ("after the qualify suite", 0, 0)]
+    assert doc["busy_after"] is None
+
+    cluster = load_inventory(serving.inventory)
+    key = serving.api_key_file.read_text().strip()
+    body = {"model": served_model_name(cluster), "max_tokens": 4000, "ignore_eos": True,
+            "messages": [{"role": "user", "content": "Write at length."}]}
+    url = f"http://{cluster.head.mgmt_ip}:{cluster.ports.api}"
+
+    def someone_else() -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300,
+                       headers={"Authorization": f"Bearer {key}"})
+
+    other = threading.Thread(target=someone_else, daemon=True)
+    other.start()
+    time.sleep(1.0)
+    refused = tmp_path / "refused"
+    proc = serving.run_sparkctl("qualify", "--suite", "quick", "--results", str(refused), json_out=True)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    error = json.loads(proc.stdout)["error"]
+    assert "rank 0 is busy before the qualify suite: 1 running" in error["message"]
+    assert not list(refused.glob("qualify-*"))  # nothing measured, nothing kept
+    other.join(timeout=300)
+
+
+# --------------------------------------------------------------------------------- R4's protocols
+# One short run each (the lab's time budget): one level, one sample, no prefill sweep.
+SHORT = ("--quick", "--concurrency", "1", "--workload", "coding", "--repeats", "1", "--c1-samples", "1",
+         "--prefill", "none")
+
+
+def test_bench_after_long_runs_the_long_request_between_two_suites_on_the_lab(
+    serving: Lab, tmp_path: Path
+) -> None:
+    from sparkctl.qa import haystack
+
+    proc = serving.run_sparkctl("bench", *SHORT, "--after-long", "--results", str(tmp_path), json_out=True,
+                                timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    after = doc["protocols"]["after_long"]
+    long = after["long_request"]
+    # The lab serves a 32K context: R4's sizes do not fit, the needle is scaled to it (and says so).
+    assert long["error"] is None and long["in_window"] and long["published_size"] is False
+    assert long["filler_units"] == max(haystack.rungs(32768)[0])
+    assert doc["levels"][0]["suite"] == 1 and after["levels"][0]["suite"] == 2
+    assert [p["label"] for p in after["levels"][0]["published"]][:1] == ["R4 suite 2"]
+    assert "R4 suite 2" not in [p["label"] for p in doc["levels"][0]["published"]]
+    suite = ["before the coding suite", "after the coding suite"]
+    assert [c["when"] for c in doc["idle_checks"]] == suite * 2
+    assert doc["telemetry"]["gpu_queries_inside_windows"] == 0
+    assert Path(doc["plot"]).read_bytes().startswith(b"\x89PNG")
+
+
+def test_bench_arrivals_runs_a_frozen_schedule_on_the_lab(serving: Lab, tmp_path: Path) -> None:
+    import hashlib
+
+    schedule = tmp_path / "arrivals.jsonl"
+    schedule.write_text(
+        '{"at": 0.0, "workload": "coding"}\n'
+        '{"at": 0.5, "workload": "mixed", "category": "summary"}\n'
+        '{"id": "note", "at": 1.0, "budget": 64, "prompt": "Rewrite this note calmly: the export failed."}\n'
+    )
+    digest = hashlib.sha256(schedule.read_bytes()).hexdigest()
+    proc = serving.run_sparkctl("bench", "--repeats", "1", "--arrivals", f"{schedule}@{digest}",
+                                "--results", str(tmp_path), json_out=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    result = doc["protocols"]["arrivals"]
+    assert doc["levels"] == [] and result["sha256"] == digest
+    assert (result["cohorts"], result["completed"], result["failed"]) == (1, 3, 0)
+    assert result["excluded_warmup_cohort"]["completed"] == 3
+    assert result["throughput_tps"] > 0 and result["latency_s"]["p95"] >= result["latency_s"]["median"] > 0
+    assert doc["telemetry"]["gpu_queries_inside_windows"] == 0
+    wrong = serving.run_sparkctl("bench", "--arrivals", f"{schedule}@{'0' * 64}", "--results", str(tmp_path),
+                                 json_out=True)
+    assert wrong.returncode == 2
+    assert "does not match the pinned" in json.loads(wrong.stdout)["error"]["message"]
+
+
+def test_bench_ab_switches_the_group_between_baseline_and_lever_on_the_lab(
+    serving: Lab, tmp_path: Path
+) -> None:
+    # The lever: the simulated ranks decode twice as fast (the lab's stand-in for a speculation
+    # setting); the group is brought down and up with it, then back, between the three arms.
+    from sparkctl.model import load_inventory
+
+    simulator = load_inventory(serving.inventory).profile.simulator
+    assert simulator is not None
+    rate = simulator.token_rate
+    variant = tmp_path / "fast.yml"
+    variant.write_text(f"simulator:\n  token_rate: {2 * rate}\n")
+    proc = serving.run_sparkctl("bench", *SHORT, "--ab", str(variant), "--results", str(tmp_path),
+                                json_out=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ab = json.loads(proc.stdout)["protocols"]["ab"]
+    assert ab["order"] == ["baseline", "lever", "baseline"] and ab["variant"]["name"] == "fast"
+    assert [a["switch"] and a["switch"]["arm"] for a in ab["arms"]] == [None, "lever", "baseline"]
+    (diff,) = ab["differences"]
+    assert diff["value"] == "coding C1" and diff["difference_pct"] > 50
+    # The group serves the baseline again afterwards.
+    assert _ready(serving)
+    assert load_inventory(serving.inventory).profile.simulator == simulator

@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,17 +41,6 @@ def _rank_processes(lab: Lab, node: str) -> list[str]:
     return [line for line in out.splitlines() if line.strip() and "pgrep" not in line]
 
 
-@pytest.fixture(scope="module")
-def served(lab: Lab) -> Iterator[Lab]:
-    """The lab provisioned and staged once for this module; every rank stopped at the end."""
-    # What serving needs (the firewall and the switch have their own tests).
-    _ok(lab.run_sparkctl("provision", "--tags", "base,fabric,qos,runtime", timeout=900), "provision")
-    lab.ensure_staged()
-    yield lab
-    lab.heal()
-    lab.run_sparkctl("down")
-
-
 def test_up_reaches_ready_and_status_exits_0(served: Lab) -> None:
     up = served.run_sparkctl("up", "--yes", json_out=True)  # ranks an earlier module left may run
     _ok(up, "up")
@@ -80,6 +68,19 @@ def test_up_reaches_ready_and_status_exits_0(served: Lab) -> None:
         ).stdout
         assert leaked.strip() == "", f"{node}: API key found in {leaked}"
 
+
+
+def test_status_again_reads_the_unchanged_inventory_from_the_cache(served: Lab) -> None:
+    """A second `status` on the unchanged lab inventory finds it in the parsed-inventory cache
+    (sparkctl.model.cache): the same verdict, and a process that imports neither ansible-core nor
+    ansible-runner (Python's import log, PYTHONPROFILEIMPORTTIME, names every module it imports)."""
+    first = served.run_sparkctl("status", json_out=True)  # fills the cache where it was cold
+    again = served.run_sparkctl("status", json_out=True, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert again.returncode == first.returncode, again.stderr[-2000:]
+    assert json.loads(again.stdout)["verdict"] == json.loads(first.stdout)["verdict"]
+    imported = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in again.stderr.splitlines()
+                if line.startswith("import time:") and line.count("|") == 2}
+    assert "sparkctl" in imported and not imported & {"ansible", "ansible_runner"}, sorted(imported)
 
 def test_the_lab_ranks_get_no_traffic_class_without_a_lossless_switch_class(served: Lab) -> None:
     """host_qos is on in the lab, but its Linux bridge has no PFC class: neither the plan nor the

@@ -129,14 +129,33 @@ def assert_exact(lab: Any, ckpt: dict[str, Any]) -> None:
         assert f"{ENGRAM_DIR}/manifest-r{node.rank}of{TP}.json" in got
 
 
+def assert_progress(lab: Any, ckpt: dict[str, Any], stderr: str) -> None:
+    """Without a terminal, under --json: a line per node and step on stderr (no bars), and each node's
+    progress document left by its last step, packing, with every row of its rank counted."""
+    assert "\x1b[" not in stderr and "\r" not in stderr, "bars drawn without a terminal"
+    for node in ckpt["cluster"].nodes:
+        assert f"{node.name}: Engram packing done" in stderr, stderr[-3000:]
+        if node.rank > 0:
+            assert f"{node.name}: fan-out" in stderr, stderr[-3000:]
+        doc = json.loads(lab.ssh(node.name, f"cat {PROGRESS}").stdout)
+        rows = 0
+        for layer in (1, 14):
+            total = ckpt["info"]["engram"][str(layer)]["rows"]
+            rows += total * (node.rank + 1) // TP - total * node.rank // TP
+        assert (doc["step"], doc["state"], doc["count_unit"]) == ("pack", "done", "rows"), doc
+        assert doc["count_done"] == doc["count_total"] == rows, doc
+        assert doc["bytes_done"] == doc["bytes_total"] == rows * 264, doc  # the packed rows, headers apart
+
+
 def test_stage_all_leaves_exact_bytes_and_a_rerun_moves_nothing(lab: Any, ckpt: dict[str, Any]) -> None:
     first = stage(lab, "all")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert_exact(lab, ckpt)
-    report = json.loads(first.stdout)
+    report = json.loads(first.stdout)  # stdout holds the final document alone: progress went to stderr
     assert report["ok"] and all(
         n["weights"]["verified"] and n["engram"]["verified"] for n in report["nodes"].values()
     )
+    assert_progress(lab, ckpt, first.stderr)
     # A re-run finds nothing to stage in one SSH check round: no playbook.
     again = stage(lab, "all")
     assert again.returncode == 0, again.stderr[-3000:]

@@ -56,8 +56,7 @@ def _entered(lab: Lab, node: str) -> int:
 def installed(lab: Lab) -> Iterator[Lab]:
     """Provisioned and staged (kit, image, weights, shards); the rank files installed by one up (the
     playbook, unless an earlier module's up already installed exactly these files)."""
-    _ok(lab.run_sparkctl("provision", "--tags", "base,fabric,qos,runtime", timeout=900), "provision")
-    lab.ensure_staged()
+    lab.prepare_serving()
     _up(lab)
     yield lab
     lab.run_sparkctl("down")

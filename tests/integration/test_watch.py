@@ -126,8 +126,7 @@ def _stop(proc: subprocess.Popen[str]) -> int:
 
 @pytest.fixture(scope="module")
 def site(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    _ok(lab.run_sparkctl("provision", "--tags", "base,fabric,qos,runtime", timeout=900), "provision")
-    lab.ensure_staged()
+    lab.prepare_serving()
     s = Site(lab, tmp_path_factory.mktemp("watch"))
     yield s
     lab.heal()

@@ -1,10 +1,12 @@
 """The built wheel, installed into a fresh venv outside the repository, works on the lab.
 
 `scripts/wheel_check.sh --lab` builds the wheel from a clean copy of the tree, installs it with
-constraints.txt, and from a temp directory runs `sparkctl --help`, `validate` and `plan --json` on a
-copy of inventory/example, then `sparkctl -i <lab> provision --check`: the playbooks, roles, vars
-plugin and ansible.cfg all come from the installed package, and the run record lands in the state
-directory the script gives it, not in the repository.
+constraints.txt into a venv of which only `sparkctl` is on PATH, and from a temp directory runs
+`sparkctl --help`, `init --example`, `validate` and `plan --json`, `status --format prometheus`
+against unreachable nodes, `ansible-command provision` and a `--syntax-check` of its line, then
+`sparkctl -i <lab> provision --check`: the playbooks, roles, vars plugin, collections and
+ansible.cfg all come from the installed package (nothing downloaded), and the run record lands in
+the state directory the script gives it, not in the repository, holding the runnable line.
 """
 
 from __future__ import annotations
@@ -33,5 +35,6 @@ def test_the_installed_wheel_provisions_the_lab_in_check_mode(lab, tmp_path: Pat
         f"wheel check failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-3000:]}"
     )
     assert "provision --check" in proc.stdout and "wheel check passed" in proc.stdout
+    assert "ansible-command provision" in proc.stdout and "init --example" in proc.stdout
     # The installed tool wrote nothing into the checkout (no .sparkctl/, no build droppings).
     assert sorted(p.name for p in REPO.iterdir()) == before

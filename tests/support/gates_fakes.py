@@ -123,6 +123,7 @@ class NodeState:
     upcheck: dict[str, Any] | None = None  # the answer to fastup's check (None: nothing recognisable)
     start_fails: bool = False              # fastup's start script fails on this node
     stop_fails: bool = False               # faststop's stop script fails on this node
+    router: str = "inactive"               # sparkctl-router.service's ActiveState (the router node's)
 
 
 _PARAMS = re.compile(r"main\(json\.loads\((\".*\")\)\)")
@@ -186,6 +187,12 @@ class FakeNodes:
                     return HostResult(name, 1, "sparkctl-rank.service failed right after its start\n")
                 st.unit = "active"
                 return HostResult(name, 0, "active\n")
+            if text.startswith("systemctl show --property ActiveState"):  # serve.router_status
+                self.calls[-1] = (name, "router")
+                sub = "running" if st.router == "active" else "dead"
+                result = "exit-code" if st.router == "failed" else "success"
+                return HostResult(name, 0, f"ActiveState={st.router}\nSubState={sub}\nResult={result}\n"
+                                           "NRestarts=0\n")
             if "--- uname" in text:
                 body = (f"--- uname\nLinux {name}\n--- journal\n{st.journal}"
                         f"--- links\n2: enp1s0f0np0: mtu {st.mtu}\n    RX: bytes 100\n")

@@ -143,3 +143,36 @@ def result(out: Outcome, duration_s: float = 1.0) -> runner.RunResult:
 def task_events(task: str) -> Callable[[Outcome], list[runner.RunnerEvent]]:
     """Events: ``task`` starting on every host."""
     return lambda out: [runner.RunnerEvent(runner.TASK, host=h, task=task) for h in out.hosts]
+
+
+def ansible_failures(raw_events: Iterable[dict[str, Any]]) -> list[runner.Failure]:
+    """The failures a stream of ansible-runner's own events makes, read by the runner's collector
+    (what ``runner.execute`` records): a canned event stream becomes a FakeRunner's ``failures``."""
+    collector = runner._Collector(None)
+    for raw in raw_events:
+        collector(raw)
+    return list(collector.failures)
+
+
+def unreachable_event(host: str, msg: str, task: str = "Gathering Facts") -> dict[str, Any]:
+    """ansible-runner's event for a host the connection could not reach."""
+    return {"event": "runner_on_unreachable",
+            "event_data": {"host": host, "task": task,
+                           "res": {"unreachable": True, "changed": False, "msg": msg}}}
+
+
+def failed_event(host: str, task: str, **res: Any) -> dict[str, Any]:
+    """ansible-runner's event for a task that failed on ``host`` (``res``: the module's result)."""
+    return {"event": "runner_on_failed",
+            "event_data": {"host": host, "task": task, "ignore_errors": None, "res": {"failed": True, **res}}}
+
+
+def failure_events(out: Outcome) -> list[runner.RunnerEvent]:
+    """Each failure of the run as the runner hands it to ``on_event`` (a task starting, then failing
+    or unreachable), in the order of ``failures``."""
+    events: list[runner.RunnerEvent] = []
+    for f in out.failures:
+        events.append(runner.RunnerEvent(runner.TASK, host=f.host, task=f.task))
+        kind = runner.UNREACHABLE if f.unreachable else runner.FAILED
+        events.append(runner.RunnerEvent(kind, host=f.host, task=f.task, msg=f.msg))
+    return events

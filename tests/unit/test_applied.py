@@ -194,6 +194,21 @@ def test_a_tree_digest_follows_symlinks_and_ignores_bytecode(tmp_path: Path) -> 
     assert plugin.tree_digest(tmp_path / "nothing") == "absent"
 
 
+def test_the_plugin_and_the_provision_fast_path_digest_trees_with_one_function(tmp_path: Path) -> None:
+    from sparkctl.ansible import treedigest
+    from sparkctl.serve import provfast
+
+    assert _action_plugin().tree_digest is treedigest.tree_digest is provfast.tree_digest
+    (tmp_path / "keep").mkdir()
+    (tmp_path / "keep" / "a").write_text("a")
+    (tmp_path / ".ruff_cache").mkdir()
+    (tmp_path / ".ruff_cache" / "x").write_text("x")
+    whole = treedigest.tree_digest(tmp_path)
+    (tmp_path / ".ruff_cache" / "x").write_text("y")  # a cache never counts
+    assert treedigest.tree_digest(tmp_path) == whole
+    assert treedigest.tree_digest(tmp_path, skip=frozenset({"keep"})) != whole
+
+
 def test_an_absent_source_tree_falls_back_to_the_installed_package(tmp_path: Path) -> None:
     plugin = _action_plugin()
     assert plugin.source_digest(tmp_path / "sparkctl_sim").startswith("installed ")

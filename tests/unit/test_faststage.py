@@ -152,7 +152,12 @@ def test_a_build_puts_the_key_on_the_image(tmp_path: Path, monkeypatch: pytest.M
         out = f"{HEAD_ID} 10" if argv[:2] == ["image", "inspect"] else ""
         return subprocess.CompletedProcess(argv, 0, out, "")
 
+    def streamed(argv: list[str], timeout: float, progress: Any) -> tuple[int, list[str]]:
+        calls.append(argv)  # the build itself streams its output (its steps are progress)
+        return 0, []
+
     monkeypatch.setattr(stage_image, "_docker", docker)
+    monkeypatch.setattr(stage_image, "_build_streamed", streamed)
     stage_image.build("eng:kit", str(ctx), "docker/Dockerfile", "spark-0")
     (build,) = [c for c in calls if c[0] == "build"]
     key, _ = stage_image.build_key("eng:kit", str(ctx), "docker/Dockerfile")

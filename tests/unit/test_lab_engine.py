@@ -395,3 +395,18 @@ def test_the_image_tar_leaves_out_compiler_parts_a_build_never_runs(tmp_path: Pa
         names = set(tar.getnames())
     assert set(kept) <= names
     assert not names & set(dropped) and "usr/lib/x86_64-linux-gnu/gprofng" not in names
+
+
+def test_the_image_carries_the_probe_file_where_the_simulator_looks(tmp_path: Path) -> None:
+    """The simulator recognises R4's probe images from sparkctl/qa/probes/r4.json, found beside its own
+    package; the image holds that file (data only) at the same place relative to sparkctl_sim."""
+    import sparkctl_sim
+    from sparkctl_sim import probes
+
+    added = engine.added_files(_fake_tree(tmp_path / "tree"))
+    sim_parent = Path(sparkctl_sim.__file__).resolve().parent.parent
+    rel = probes.PATH.relative_to(sim_parent).as_posix()
+    site = "usr/local/lib/python3.11/dist-packages"
+    assert added[f"{site}/{rel}"] == (probes.PATH.read_bytes(), 0o644)
+    assert f"{site}/sparkctl_sim/probes.py" in added
+    assert not [p for p in added if p.startswith(f"{site}/sparkctl/") and p.endswith(".py")]

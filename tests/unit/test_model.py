@@ -41,7 +41,7 @@ def test_example_site_values(example: Cluster) -> None:
     assert example.name == "example"
     assert example.inventory_dir == EXAMPLE
     assert example.ssh_user == "operator"
-    assert example.known_hosts == Path("inventory/example/known_hosts")
+    assert example.known_hosts == EXAMPLE.absolute() / "known_hosts"  # read from the inventory directory
     assert example.runtime.kind == "container"
     assert (example.runtime.image, example.runtime.image_source) == ("deepseek-v41-sglang4:tp4-nvme", "build")
     assert example.runtime.allow_mutable_tag is False
@@ -78,7 +78,8 @@ def test_example_nodes_sorted_by_rank_with_both_pcie_halves(example: Cluster) ->
         ("enP2p1s0f0np0", "roceP2p1s0f0", "10.77.1.12/24"),
     ]
     assert n2.nvme_gib == 3600
-    assert n2.hostvars == {"ansible_host": "192.168.7.12"}
+    assert n2.hostvars["ansible_host"] == "192.168.7.12"  # its own, with the site's connection keys
+    assert n2.hostvars["ansible_user"] == "operator"
     assert example.bootstrap_ips["spark-3"] == IPv4Address("10.77.0.13")
 
 

@@ -66,7 +66,8 @@ def test_ini_inventory_loads_like_the_yaml_one(example_copy: Path) -> None:
         (example_copy / "host_vars" / f"{name}.yml").write_text(yaml.safe_dump(hv))
     sw = doc["all"]["children"]["switches"]["hosts"]["crs812"]
     (example_copy / "host_vars/crs812.yml").write_text(yaml.safe_dump(sw))
-    lines += ["[switches]", "crs812", "[all:vars]", "ansible_user=operator", "ansible_become=true"]
+    lines += ["[sparks:vars]", "ansible_become=true", "[switches]", "crs812",
+              "[all:vars]", "ansible_user=operator"]
     (example_copy / "hosts.ini").write_text("\n".join(lines) + "\n")
 
     cluster = load_inventory(example_copy)

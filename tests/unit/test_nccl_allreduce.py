@@ -10,12 +10,12 @@ import ast
 import importlib.util
 import json
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.ports import free_port as _free_port
 
 from sparkctl.qa import fabric
 from sparkctl.qa import nccl_allreduce as na
@@ -366,12 +366,6 @@ def test_args_from_torchrun_environment(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 # --- end to end on Gloo (CPU) --------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _doc(stdout: str) -> dict:

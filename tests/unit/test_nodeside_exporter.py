@@ -4,7 +4,6 @@ canned ``ethtool -S`` and a stand-in NVML; read through prometheus_client's own 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from support.node_tree import fake_ib, fake_net, fake_shards
 from support.nvml import FakeGpu, FakeNvml
+from support.ports import free_port as _free_port
 
 from sparkctl.nodeside import exporter, probe, system
 from sparkctl.nodeside.exporter import Config, FabricPort, Nvml
@@ -147,12 +147,6 @@ def test_the_lab_nvml_stand_in_has_pynvmls_interface() -> None:
     (dev,) = nv.devices()
     assert dev["name"].endswith("(simulated)") and dev["max_sm_mhz"] == 2400
     assert 0 < dev["sm_mhz"] <= 2400 and 20 < dev["temp_c"] < 100 and dev["power_w"] > 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_serves_metrics_over_http(tmp_path: Path) -> None:

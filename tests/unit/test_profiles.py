@@ -39,7 +39,7 @@ def profile_words(name: str) -> list[str]:
 
 
 def test_shipped_profiles_load() -> None:
-    assert list_profiles() == ["lab", "m1-1m", "r4-nvme"]
+    assert list_profiles() == ["lab", "m1-1m", "mia-ring-tp4", "mia-tp3", "mia-tp8", "r4-nvme", "sg17-tp8"]
     for name in list_profiles():
         profile = load_profile(name)
         assert profile.name == name

@@ -119,7 +119,8 @@ def test_four_nodes_without_a_switch_are_refused(example_copy: Path) -> None:
     _drop_switch(example_copy)
     (line,) = _on("all.children.switches", _problems(example_copy))
     assert "4 nodes and no switch" in line and "three-node triangle" in line
-    assert "sparkctl_switch_type" in line and "inventory/example/hosts.yml" in line
+    assert "sparkctl_switch_type" in line
+    assert "hosts.yml of the example site: `sparkctl init --example DIR`" in line
 
 
 def test_a_two_node_site_may_be_switchless(example_copy: Path) -> None:

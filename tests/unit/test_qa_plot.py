@@ -56,7 +56,8 @@ def test_every_published_bar_is_labelled_with_its_source() -> None:
     for label in ("R4 suite 1 (published)", "R4 suite 2 (published)", "M1 (published)"):
         assert label in text
     assert "sparkctl · simulator (mean" in text and "SIMULATOR" in fig.get_suptitle()
-    assert "82.7" in text and "134.2" in text and "3768.0" in text  # R4 C1, M1 C16, M1 32K prefill
+    assert "82.7" in text and "3768.0" in text  # R4 C1, M1 32K prefill
+    assert "134.2" not in text  # M1's C16 prose: its workload is not pinned, so never drawn beside ours
     assert "(clamped)" in text  # the 32K point was asked at the served context's limit
     assert "rhys101" in text and "MiaAI-Lab" in text  # the sources, cited on the figure
 
@@ -67,6 +68,15 @@ def test_real_hardware_and_unmatched_workloads_say_so() -> None:
     text = plot.labels(fig)
     assert "SIMULATOR" not in fig.get_suptitle() and "sparkctl · measured (mean" in text
     assert "no published figure matches" in fig.get_suptitle() and "(published)" not in text
+
+
+def test_a_workload_of_the_same_shape_but_other_bytes_is_not_drawn_beside_a_published_figure() -> None:
+    # Same name, kind, length and levels as the community workload, different prompt bytes.
+    mine = Workload("coding", "coding", 200, ("Write a Python function.",), "0" * 64)
+    fig = plot.ladder_figure(_report(simulator=False, workloads=[mine]))
+    text = plot.labels(fig)
+    assert "(published)" not in text and "82.7" not in text
+    assert "no published figure matches" in fig.get_suptitle()
 
 
 def test_a_failed_level_is_drawn_as_failed() -> None:

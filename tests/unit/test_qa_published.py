@@ -30,7 +30,8 @@ def test_m1_figures_as_published() -> None:
     assert [f.size for f in pub.FIGURES if f.kind == "prefill"] == list(pub.PREFILL_SIZES)
 
 
-@pytest.mark.parametrize(("profile", "keys"), [("r4-nvme", ("r4-s2",)), ("m1-1m", ("m1",))])
+@pytest.mark.parametrize(("profile", "keys"), [("r4-nvme", ("r4-s2",)), ("m1-1m", ("m1",)),
+                                               ("sg17-tp8", ("sg17-tp8",)), ("mia-tp3", ("mia-tp3",))])
 def test_the_profiles_own_figures_agree_with_the_table(profile: str, keys: tuple[str, ...]) -> None:
     own = pub.bench_figures(load_profile(profile))
     assert own
@@ -41,12 +42,20 @@ def test_the_profiles_own_figures_agree_with_the_table(profile: str, keys: tuple
         assert set(keys) <= set(pub.PROFILE_SOURCES[profile])
 
 
-def test_matching_is_by_workload_shape() -> None:
-    assert [f.label for f in pub.matching("coding", 8, 200)] == ["R4 suite 1", "R4 suite 2"]
-    assert [f.label for f in pub.matching("prose", 8, 256)] == ["R4 suite 1", "R4 suite 2", "M1"]
-    assert [f.label for f in pub.matching("prose", 16, 256)] == ["M1"]
-    assert pub.matching("prose", 8, 128) == []  # another completion length is another workload
-    assert pub.matching("coding", 16, 200) == []  # R4 had 8 slots: no C16
+def test_matching_is_by_the_workload_bytes_and_shape() -> None:
+    coding, prose = pub.WORKLOAD_SHA256["coding"], pub.WORKLOAD_SHA256["prose"]
+    assert [f.label for f in pub.matching(coding, "coding", 8, 200)] == ["R4 suite 1", "R4 suite 2"]
+    # M1 pins no sparkDash version or prompt: never compared, listed with the reason.
+    assert [f.label for f in pub.matching(prose, "prose", 8, 256)] == ["R4 suite 1", "R4 suite 2"]
+    assert pub.matching(prose, "prose", 16, 256) == []
+    (m1,) = pub.not_compared(prose, "prose", 16, 256)
+    assert m1["label"] == "M1" and m1["reason"] == pub.M1_UNPINNED
+    # The same shape with other bytes (another prompt) compares with nothing, and says why.
+    other = "0" * 64
+    assert pub.matching(other, "coding", 8, 200) == []
+    assert all(coding in n["reason"] for n in pub.not_compared(other, "coding", 8, 200))
+    assert pub.matching(prose, "prose", 8, 128) == []  # another completion length is another workload
+    assert pub.matching(coding, "coding", 16, 200) == []  # R4 had 8 slots: no C16
     assert [f.size for f in pub.matching_prefill(31_744)] == ["32K"]  # a clamped 32K still compares
     assert pub.matching_prefill(24_000) == []
 
@@ -60,3 +69,39 @@ def test_definitions_follow_the_source() -> None:
     )
     with pytest.raises(ValueError):
         pub.definition_for("poetry", 1)
+
+
+def test_the_reference_sets_as_published() -> None:
+    # R4 docs/results.md "Published comparison targets" and results/reference/published-targets.json.
+    assert _values("coding", "tony-rep1") == {1: 81.2, 6: 281.75}
+    assert _values("coding", "tony-rep2") == {1: 81.11, 6: 295.84}
+    assert _values("mixed", "tony-rep1") == {1: 54.11, 6: 170.92}
+    assert _values("mixed", "tony-rep2") == {1: 57.15, 6: 176.14}
+    assert _values("coding", "tony-exl3") == {1: 81.54, 6: 292.07}
+    assert _values("coding", "tony-boot10") == {1: 73.78, 6: 225.48}
+    assert _values("coding", "r4-sweep") == {1: 82.99, 6: 283.36}
+    assert _values("mixed", "r4-sweep") == {1: 52.04, 2: 87.25, 3: 111.99, 4: 139.89, 5: 160.68, 6: 180.6,
+                                            8: 212.76}
+    (sg17,) = [f for f in pub.FIGURES if f.source == "sg17-tp8"]
+    assert (sg17.kind, sg17.concurrency, sg17.value) == ("coding", 1, 135.40)
+    assert (sg17.low, sg17.high) == (135.03, 136.02)  # the three samples' range
+    assert _values("prose", "mia-tp3") == {1: 37.9, 2: 58.9, 3: 71.2, 4: 78.6}
+    for key in ("r4-sweep", "tony-rep1", "tony-rep2", "tony-exl3", "tony-boot10", "sg17-tp8", "mia-tp3"):
+        source = pub.SOURCES[key]
+        assert source.citation and len(source.date) == 10 and source.date.startswith("2026-")
+
+
+def test_the_mix_compares_with_the_mix_only() -> None:
+    mixed, coding = pub.WORKLOAD_SHA256["mixed"], pub.WORKLOAD_SHA256["coding"]
+    assert [f.label for f in pub.matching(mixed, "mixed", 6, 200)] == [
+        "R4 sweep", "Tony EXL3 rep 1", "Tony EXL3 rep 2", "Tony EXL3", "Tony boot 10"]
+    assert [f.label for f in pub.matching(coding, "coding", 6, 200)] == [
+        "R4 sweep", "Tony EXL3 rep 1", "Tony EXL3 rep 2", "Tony EXL3", "Tony boot 10"]
+    assert pub.matching(coding, "mixed", 6, 200) == []  # the coding bytes are not the mix
+    assert all(mixed in n["reason"] for n in pub.not_compared(coding, "mixed", 6, 200))
+    assert pub.definition_for("mixed", 1) == pub.definition_for("mixed", 6) == "category-mean"
+    # Mia's three-Spark prose pins no sparkDash version: listed with the reason, never compared.
+    prose = pub.WORKLOAD_SHA256["prose"]
+    assert [f.label for f in pub.matching(prose, "prose", 4, 256)] == ["R4 suite 1", "R4 suite 2"]
+    reasons = {n["label"]: n["reason"] for n in pub.not_compared(prose, "prose", 4, 256)}
+    assert reasons["Mia TP3"] == pub.UNPINNED["mia-tp3"] and reasons["M1"] == pub.M1_UNPINNED

@@ -55,7 +55,7 @@ def test_a_digest_mismatch_is_refused_with_both_digests(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("spec", "match"),
     [
-        ("w.json", "not coding, prose, both or FILE@SHA256"),
+        ("w.json", "not coding, prose, mixed, both or FILE@SHA256"),
         ("w.json@abc", "64 hex digits"),
         ("@" + "0" * 64, "FILE@SHA256"),
     ],
@@ -79,3 +79,46 @@ def test_bad_content_names_the_field(tmp_path: Path, change: dict[str, object], 
     path, digest = _write(tmp_path, {**GOOD, **change})
     with pytest.raises(InputError, match=field):
         load_pinned(f"{path}@{digest}")
+
+
+def test_both_is_coding_and_prose_and_a_mix_needs_its_categories(tmp_path: Path) -> None:
+    assert [w.name for w in resolve(["both"])] == ["coding", "prose"]  # the default: not the mix
+    assert [w.name for w in resolve(["mixed", "coding"])] == ["mixed", "coding"]
+    path, digest = _write(tmp_path, {**GOOD, "kind": "mixed"})
+    with pytest.raises(InputError, match="kind mixed needs categories"):
+        load_pinned(f"{path}@{digest}")
+    cats = [{"category": "a", "prompt": "A.", "max_tokens": 20},
+            {"category": "b", "prompt": "B.", "max_tokens": 9}]
+    path, digest = _write(tmp_path, {**GOOD, "kind": "mixed", "categories": cats})
+    mix = load_pinned(f"{path}@{digest}")
+    assert [(c, len(p), n) for c, p, n in mix.batches_for(3)] == [("a", 3, 20), ("b", 3, 9)]
+    path, digest = _write(tmp_path, {**GOOD, "categories": cats})  # a coding workload has no categories
+    with pytest.raises(InputError, match="only a mix has them"):
+        load_pinned(f"{path}@{digest}")
+
+
+@pytest.mark.parametrize("spec", ["w.json@abc", "@" + "0" * 64, "w.json@"])
+def test_workload_and_arrivals_refuse_a_malformed_pin_in_the_same_words(spec: str) -> None:
+    from sparkctl.qa.protocols import load_schedule
+
+    for option, load, example in (("--workload", load_pinned, "prompts.json"),
+                                  ("--arrivals", load_schedule, "schedule.jsonl")):
+        with pytest.raises(InputError) as err:
+            load(spec)
+        assert err.value.message.startswith(f"{option} {spec!r}: a ")
+        assert err.value.message.endswith(" is pinned by its digest, FILE@SHA256 (64 hex digits)")
+        assert err.value.hint == f"e.g. {option} {example}@$(sha256sum {example} | cut -d' ' -f1)"
+
+
+def test_workload_and_arrivals_name_both_digests_of_a_changed_file(tmp_path: Path) -> None:
+    from sparkctl.qa.protocols import load_schedule
+
+    path, digest = _write(tmp_path, GOOD)
+    actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    for option, load, noun in (("--workload", load_pinned, "workload file"),
+                               ("--arrivals", load_schedule, "schedule")):
+        with pytest.raises(InputError) as err:
+            load(f"{path}@{'0' * 64}")
+        assert err.value.message == f"{option} {path}: sha256 {actual} does not match the pinned {'0' * 64}"
+        assert err.value.hint == f"the {noun} changed since it was pinned; check it, then pin the new digest"
+    assert digest == actual

@@ -26,7 +26,10 @@ def _runtimes(example: Cluster) -> list[Cluster]:
     return [
         example,
         example.model_copy(update={"runtime": venv}),
-        example.model_copy(update={"runtime": lab, "profile": load_profile("lab")}),
+        # A site's profile is its serving group's too: the variant changes both.
+        example.model_copy(update={
+            "runtime": lab, "profile": (sim := load_profile("lab")),
+            "groups": [g.model_copy(update={"profile": sim}) for g in example.groups]}),
     ]
 
 

@@ -80,7 +80,8 @@ def test_verdict_names_links_shards_memory_and_unreachable(lab: Any) -> None:
     assert "spark-2 (rank 2): MemAvailable 0.10 GiB below the floor 0.50 GiB" in text
     nodes.state["spark-3"].reachable = False
     snap = verdict.snapshot(cluster, doc, nodes, api.client(), API_KEY)
-    assert any(r.startswith("spark-3 (rank 3): unreachable: timed out") for r in snap.reasons)
+    assert any(r.startswith("spark-3 (rank 3): unreachable: connection timed out — check that spark-3 is "
+                            "powered on") for r in snap.reasons), snap.reasons
 
 
 def test_wrong_api_key_shows_in_the_verdict(lab: Any) -> None:

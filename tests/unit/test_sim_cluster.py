@@ -21,23 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.ports import free_ports
 
 from sparkctl_sim import SGLANG_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = {"SPARKCTL_SIM_BOOT_DELAY_S": "0.2", "SPARKCTL_SIM_TTFT_S": "0.01"}
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 # How long a poll may wait for what a running cluster will do (join, refuse, ready, exit): it returns
@@ -293,7 +282,11 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     )
     c.start(0)
     c.start(1)
-    wait_for(lambda: c.status(0, "/ready") == 200, WAIT_S, "rank 0 /ready")
+    try:
+        wait_for(lambda: c.status(0, "/ready") == 200, WAIT_S, "rank 0 /ready")
+    except AssertionError as err:
+        c.stop()
+        raise AssertionError(f"{err}\nrank 0 logged:\n{c.log('r0')}\nrank 1 logged:\n{c.log('r1')}") from None
     yield c
     c.stop()
 

@@ -35,6 +35,7 @@ from sparkctl_sim.kit import (
     check_kit,
     engram_markers,
     moe_layout_marker,
+    post_result_markers,
     roce_markers,
 )
 from sparkctl_sim.knobs import load_knobs
@@ -445,6 +446,70 @@ def test_roce_markers_follow_the_overlay_switch(kit: Kit) -> None:
     cfg = kit.cfg()
     assert roce_markers(cfg, {**kit.env, "SGLANG4_ROCE_ALLREDUCE": "0"}) == []
     assert len(roce_markers(cfg, {k: v for k, v in kit.env.items() if k != "SGLANG4_ROCE_ALLREDUCE"})) == 2
+
+
+# -- SG17: resident Engram and the eight-rank RoCE route (R8 sglang/experiments/sg17-rocenante)
+
+
+def _resident(kit: Kit, **env: str | None) -> Kit:
+    """The kit as an sg17-tp8 rank sees it: the profile's switches, no packed directory."""
+    out = {k: v for k, v in kit.env.items() if k not in ("DSV41_PACKED_DIR", "SGLANG4_ROCE_ALLREDUCE")}
+    prof = load_profile("sg17-tp8").env
+    out |= {k: prof[k] for k in ("SGLANG8_RESIDENT_PROFILE", "SGLANG8_ROCE_ALLREDUCE",
+                                 "SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE")}
+    for key, value in env.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return Kit(kit.root, kit.kit_dir, kit.target, kit.packed, kit.model, out)
+
+
+def test_a_resident_engram_rank_needs_no_packed_directory(kit: Kit) -> None:
+    # SG17's launcher (sglang/runtime/launch.py) reads no packed directory: sg17-tp8 sets none.
+    assert "DSV41_PACKED_DIR" not in load_profile("sg17-tp8").env
+    sg17 = _resident(kit)
+    report = sg17.check(rank=7, tp=8)
+    assert (report.engram, report.packed_dir, report.shards) == ("resident", "", [])
+    line = report.summary()
+    assert "resident Engram (SGLANG8_RESIDENT_PROFILE=1): tp_size 8" in line and "packed" not in line.replace(
+        "no packed directory", "")
+    assert report.as_dict()["engram"] == "resident"
+    # A packed rank without its directory is still refused.
+    packed = _resident(kit, SGLANG8_RESIDENT_PROFILE="0", SGLANG8_ROCE_ALLREDUCE="0")
+    assert packed.problems(rank=7, tp=8) == ["packed Engram: DSV41_PACKED_DIR is not set"]
+
+
+def test_resident_engram_refuses_what_the_hook_set_refuses(kit: Kit) -> None:
+    # resident_engram.py: "SGLang8 requires TP8 and native device-resident Engram shards".
+    problems = _resident(kit, SGLANG8_ROCE_ALLREDUCE="0").problems(rank=1, tp=4)
+    assert problems == ["resident Engram: SGLANG8_RESIDENT_PROFILE=1 needs --tp-size 8 (owned-row shards "
+                        "of the eight-rank group), this rank has 4"]
+    problems = _resident(kit, SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE="1").problems(rank=1, tp=8)
+    assert problems == ["resident Engram: SGLANG_ENABLE_DSV41_ENGRAM_HOST_TABLE=1 puts the tables in a host "
+                        "table; SGLANG8_RESIDENT_PROFILE=1 needs them device-resident (set it to 0)"]
+
+
+def test_sg17_roce_markers_are_the_ones_its_gates_count(kit: Kit) -> None:
+    sg17 = _resident(kit)
+    cfg = sg17.cfg(rank=5, tp=8)
+    report = sg17.check(rank=5, tp=8)
+    lines = (roce_markers(cfg, sg17.env) + engram_markers(report, cfg, sg17.env) + [moe_layout_marker(cfg)]
+             + post_result_markers(cfg, sg17.env))
+    assert _records(lines, "ROCE_TP8_READY") == [{"rank": 5, "world_size": 8}]
+    assert sum(line.startswith("ROCE_TP8_ROUTE rank=5 dtype=") for line in lines) == 1
+    assert _records(lines, "ROCE_POST_RESULT_HEALTH") == [{"rank": 5, "world_size": 8, "healthy": True}]
+    assert not any(m in line for line in lines for m in ("ROCE_TP4", "NVME_ENGRAM_READY"))
+    # Every with-kit marker of sg17-tp8's gates once per rank.
+    with_kit = [m.pattern for m in load_profile("sg17-tp8").gates.log_markers if m.required == "with-kit"]
+    assert with_kit and all(sum(bool(re.search(p, line)) for line in lines) == 1 for p in with_kit)
+    # R4's switch alone keeps R4's markers; SG17's overlay outside an eight-rank group is refused.
+    r4 = {k: v for k, v in kit.env.items()}
+    assert post_result_markers(kit.cfg(), r4) == []
+    assert _records(roce_markers(kit.cfg(), r4), "ROCE_TP4_READY") == [{"rank": 1, "world_size": 4}]
+    problems = _resident(kit, SGLANG8_RESIDENT_PROFILE=None, DSV41_PACKED_DIR=str(kit.packed)).problems(tp=4)
+    assert problems == ["RoCEnante: SGLANG8_ROCE_ALLREDUCE=1 needs the eight-rank TP group, this rank's "
+                        "tp_size is 4 (SG17's overlay raises at group creation)"]
 
 
 def test_kit_knobs_are_checked_and_listed_in_sim_help(capsys: pytest.CaptureFixture[str]) -> None:

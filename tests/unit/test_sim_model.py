@@ -344,3 +344,30 @@ def test_malformed_requests_are_refused() -> None:
     for messages in (None, [], [{"content": "no role"}], [{"role": "user", "content": [{"type": "video"}]}]):
         with pytest.raises(RequestError):
             read_prompt(messages)
+
+
+def _probe(prompt: str, pngs: list[bytes]) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": prompt}]
+    for png in pngs:
+        url = "data:image/png;base64," + base64.b64encode(png).decode()
+        content.append({"type": "image_url", "image_url": {"url": url}})
+    return {"messages": [{"role": "user", "content": content}]}
+
+
+def test_r4_vision_probes_are_answered_from_the_probe_file() -> None:
+    """The simulator reads sparkctl's probe file (not sparkctl): the drawn images' digests give the
+    printed codes; the shapes are read from the pixels below the print."""
+    from sparkctl.qa import images as drawn
+    from sparkctl.qa import probedata
+
+    vision = probedata.r4()["vision"]
+    one = ask(_probe(vision["single"]["prompt"], [drawn.one_image().png])).content
+    assert json.loads(one) == vision["single"]["expected"]
+    four = ask(_probe(vision["four"]["prompt"], [f.png for f in drawn.four_images()])).content
+    assert json.loads(four) == vision["four"]["expected"]
+    wrong = ask(_probe(vision["four"]["prompt"], [f.png for f in drawn.four_images()]),
+                Knobs(faults=frozenset({"misread-code"}))).content
+    assert json.loads(wrong) == ["NORTH 7315", "SOUTH 8266", "EAST 1949", "WEST 5621"]
+    # an image it does not recognise has no code to read
+    other = drawn.draw("NORTH 7314", (), 960, 640)
+    assert json.loads(ask(_probe(vision["four"]["prompt"], [other])).content) == [None]

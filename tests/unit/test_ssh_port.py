@@ -125,3 +125,42 @@ def test_roles_read_the_rendered_port_only() -> None:
             readers.append(path.relative_to(REPO).as_posix())
     assert "roles/spark_firewall/tasks/main.yml" in readers and len(readers) >= 7, readers
 
+
+
+def test_port_and_key_set_for_every_node_in_group_vars_reach_the_firewall_and_sparkctls_ssh(
+        example_copy: Path, tmp_path: Path) -> None:
+    """Ansible applies `all`'s variables to every host: a port and a key file written once in
+    group_vars/all are what every node is dialled with, and the port is what its firewall opens
+    (the model once read a host's ansible_* variables from its own entry only)."""
+    key = tmp_path / "id_site"
+    key.write_text("not read here\n")
+    key.chmod(0o600)
+    site = example_copy / "group_vars" / "all" / "ssh.yml"
+    site.write_text(yaml.safe_dump({"ansible_port": 2222, "ansible_ssh_private_key_file": str(key)}))
+    cluster = load_inventory(example_copy)
+    assert {n.ssh_port for n in cluster.nodes} == {2222}
+    assert _dports(host.firewall(cluster, cluster.node("spark-1"))) == ["2222"]
+    targets = targets_for(cluster)
+    assert {t.port for t in targets} == {2222}
+    assert all(t.key_files and t.key_files[0] == key for t in targets), [t.key_files for t in targets]
+    # A host's own entry still wins over the site's, as in Ansible.
+    _set_host_vars(example_copy, {"spark-2": {"ansible_port": 2200}})
+    cluster = load_inventory(example_copy)
+    assert cluster.node("spark-2").ssh_port == 2200 and cluster.node("spark-1").ssh_port == 2222
+
+
+def test_become_for_every_host_is_refused_naming_the_field(example_copy: Path, run_cli: Any) -> None:
+    """`ansible_become: true` under all reaches Ansible's implicit localhost, and the variable
+    outranks a task's `become: false`: the controller's own tasks ran sudo on the controller."""
+    hosts = example_copy / "hosts.yml"
+    doc = yaml.safe_load(hosts.read_text())
+    doc["all"]["vars"]["ansible_become"] = True
+    hosts.write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = run_cli("validate", "-i", str(example_copy))
+    assert result.code == 2, result.err
+    flat = " ".join(result.err.replace("│", " ").split())
+    assert "all.vars.ansible_become" in flat and "children.sparks.vars" in flat, flat
+    del doc["all"]["vars"]["ansible_become"]
+    doc["all"]["children"]["sparks"]["vars"] = {"ansible_become": True}  # where the example has it
+    hosts.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert run_cli("validate", "-i", str(example_copy)).code == 0

@@ -81,3 +81,30 @@ def test_space_is_checked_before_any_byte_is_downloaded(tmp_path: Path, monkeypa
     assert failed and "not enough space" in res["msg"] and "nothing was downloaded" in res["msg"]
     model = tmp_path / "model"
     assert not model.exists() or not any(model.rglob("*.safetensors"))
+
+
+def test_the_download_writes_bytes_and_files_into_the_progress_document(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hub: dict[str, Any]
+) -> None:
+    doc_path = tmp_path / "run" / "stage-progress.json"
+    failed, res = _run(tmp_path, monkeypatch, hub, hub["record"], progress_path=str(doc_path))
+    assert not failed, res.get("msg")
+    doc = json.loads(doc_path.read_text())
+    total = sum(e["size"] for e in hub["record"].values())
+    assert (doc["node"], doc["step"], doc["state"]) == ("spark-0", "download", "done")
+    assert doc["bytes_done"] == doc["bytes_total"] == total
+    assert doc["files_done"] == doc["files_total"] == len(hub["record"]) and doc["items"] == []
+
+
+def test_check_mode_downloads_nothing_and_writes_no_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hub: dict[str, Any]
+) -> None:
+    doc_path = tmp_path / "run" / "stage-progress.json"
+    (tmp_path / "record.json").write_text(json.dumps(hub["record"]))
+    monkeypatch.setenv("SPARKCTL_FAKE_HUB", str(hub["root"]))
+    monkeypatch.setenv("SPARKCTL_FAKE_HUB_RECORD", str(tmp_path / "record.json"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FAKE_HUB), os.environ.get("PYTHONPATH", "")]))
+    args = {"source": "hf", "model_dir": str(tmp_path / "model"), "repo": "org/model", "revision": "a" * 40,
+            "margin_gib": 0, "_node": "spark-0", "progress_path": str(doc_path)}
+    failed, res = run_module("spark_stage", "spark_stage_source", args, check=True)
+    assert not failed and res["changed"] and not doc_path.exists()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -14,18 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.ports import free_port
 
 from sparkctl.stage import fanout
 from sparkctl.stage import manifest as mf
 from sparkctl.stage import transfer as tx
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def make_source(root: Path, sizes: dict[str, int]) -> dict[str, Any]:
@@ -284,7 +278,7 @@ def _holder(root: Path, hold_s: float) -> subprocess.Popen[str]:
 
 def test_a_live_holder_is_waited_for_then_refused_by_pid_and_never_stopped(tmp_path: Path) -> None:
     root = tmp_path / "model"
-    holder = _holder(root, 60)
+    holder = _holder(root, 900)
     logs: list[str] = []
     try:
         started = time.monotonic()
@@ -294,7 +288,7 @@ def test_a_live_holder_is_waited_for_then_refused_by_pid_and_never_stopped(tmp_p
                   rf"last beat \d+ s ago\); waited 1 s and left it alone .*kill {holder.pid}\)",
         ):
             tx.fence(str(root), wait_s=1, node="spark-1", log=logs.append)
-        assert 1 <= time.monotonic() - started < 30  # waited its 1 s, then gave up (not a hang)
+        assert 1 <= time.monotonic() - started < 450  # waited its 1 s, then gave up (not for the holder)
         assert holder.poll() is None, "a live concurrent run is never stopped"
         assert logs == [f"spark-1: waiting up to 1 s for the run (pid {holder.pid}) holding {root}"]
     finally:

@@ -38,7 +38,12 @@ def test_the_role_starts_wave_by_wave_from_the_rendered_list() -> None:
     assert loop["loop"] == "{{ sparkctl_cluster.start_waves }}"
     assert loop["loop_control"]["loop_var"] == "spark_rank_wave"
     wave = yaml.safe_load((TASKS / "start_wave.yml").read_text())
-    assert [t["when"] for t in wave] == ["sparkctl_rank | int in spark_rank_wave"] * 2
+    # A node starts in the wave of its rank in its serving group, and only if it serves in one.
+    assert [t["when"] for t in wave] == [
+        "spark_rank_group_rank | int in spark_rank_wave and (spark_rank_serving | bool)"] * 2
+    defaults = yaml.safe_load((TASKS.parent / "defaults" / "main.yml").read_text())
+    assert (defaults["spark_rank_group_rank"], defaults["spark_rank_serving"]) == (
+        "{{ sparkctl_group.rank }}", "{{ sparkctl_group.serving }}")
     for path in (TASKS / "start.yml", TASKS / "start_wave.yml"):  # no order of its own
         text = path.read_text()
         assert "== 0" not in text and "!= 0" not in text, path

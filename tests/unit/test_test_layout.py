@@ -42,6 +42,11 @@ def test_every_integration_module_is_named_in_a_stream() -> None:
     streams = next(node.value for node in tree.body if isinstance(node, ast.Assign)
                    and any(isinstance(t, ast.Name) and t.id == "STREAMS" for t in node.targets))
     named = {name for stream in ast.literal_eval(ast.unparse(streams)) for name in stream}
+    heavy = next(node.value for node in tree.body if isinstance(node, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "HEAVY" for t in node.targets))
+    left_out = set(ast.literal_eval(ast.unparse(heavy)))
+    assert not named & left_out, f"modules both in a stream and left out as heavy: {sorted(named & left_out)}"
+    named |= left_out  # placed on purpose: `make integration-heavy`
     modules = {p.stem for p in (TESTS / "integration").glob("test_*.py")}
     assert modules - named == set(), f"lab modules not placed in a stream: {sorted(modules - named)}"
     assert named - modules == set(), f"streams name modules that do not exist: {sorted(named - modules)}"

@@ -77,3 +77,15 @@ def test_manual_stage_run_gets_the_profiles_values(example_copy: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "tp=4 margin=13.0" in proc.stdout
+
+
+def test_node_of_a_second_group_gets_its_group_rank_and_tp() -> None:
+    """On two TP4 groups spark-6 is rank 2 of group b: the roles' start waves and Engram shards
+    read that, not its site rank 6 or a TP8."""
+    proc = _inventory_host(REPO / "inventory" / "examples" / "switch-2xtp4", "spark-6")
+    assert proc.returncode == 0, proc.stderr
+    hostvars = json.loads(proc.stdout)
+    group = hostvars["sparkctl_group"]
+    assert (group["name"], group["rank"], group["tp_size"], group["head"]) == ("b", 2, 4, "spark-4")
+    assert hostvars["sparkctl_rendered"]["rank"] == 2
+    assert hostvars["sparkctl_rendered"]["group"] == "b"

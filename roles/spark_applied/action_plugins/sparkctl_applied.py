@@ -4,7 +4,8 @@ A role's inputs digest covers everything on the controller that decides what the
 
   trees   the role's own directory (tasks, defaults, templates, files, modules; symlinks followed,
           so the node-side code a role ships counts) and any other source it deploys (the
-          simulator's sources for spark_runtime); names relative to the roles directory
+          simulator's sources for spark_runtime); names relative to the roles directory; digested
+          by ``sparkctl.ansible.treedigest``, as the provision fast path digests the controller
   values  the inventory values the role reads, already templated (rendered files, fabric ports,
           management network, runtime, other nodes' addresses, facts the role branches on)
   vars    every variable named after the role (``spark_base_*`` for spark_base), as written: a site
@@ -22,6 +23,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,29 +32,15 @@ from ansible.module_utils.ansible_release import __version__ as ansible_version
 from ansible.plugins.action import ActionBase
 
 ROLES_DIR = Path(__file__).resolve().parents[2]
-SKIP_PARTS = {"__pycache__", ".pytest_cache", ".mypy_cache"}
+# The directory that holds the `sparkctl` package when this Ansible's Python lacks it (a clone).
+_REPO = next((p for p in Path(__file__).resolve().parents if (p / "sparkctl" / "__init__.py").is_file()),
+             ROLES_DIR.parent)
 
-
-def tree_digest(path: Path) -> str:
-    """sha256 over the relative names and contents of every file under ``path`` (symlinks followed)."""
-    h = hashlib.sha256()
-    if path.is_file():
-        h.update(path.read_bytes())
-        return h.hexdigest()
-    if not path.is_dir():
-        return "absent"
-    for root, dirs, files in os.walk(path, followlinks=True):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_PARTS)
-        for name in sorted(files):
-            if name.endswith((".pyc", ".pyo")):
-                continue
-            full = Path(root, name)
-            h.update(str(full.relative_to(path)).encode() + b"\0")
-            try:
-                h.update(full.read_bytes() + b"\0")
-            except OSError:
-                h.update(b"unreadable\0")
-    return h.hexdigest()
+try:
+    from sparkctl.ansible.treedigest import tree_digest
+except ImportError:
+    sys.path.insert(0, str(_REPO))
+    from sparkctl.ansible.treedigest import tree_digest
 
 
 def source_digest(path: Path) -> str:
@@ -118,4 +106,12 @@ class ActionModule(ActionBase):
         result.update(self._execute_module(module_name="sparkctl_applied", module_args=module_args,
                                            task_vars=task_vars))
         result["inputs"] = inputs
+        if mode == "probe":
+            # What the decision was made from, exactly as the node got it, with each role's input
+            # trees: `sparkctl provision` repeats this read without Ansible while none of it changed
+            # (sparkctl/serve/provfast.py).
+            result["specs"] = {}
+            for name, spec in roles.items():
+                trees = (spec.get("inputs") or {}).get("trees") or [spec.get("role", name)]
+                result["specs"][name] = {**module_args["roles"][name], "trees": [str(t) for t in trees]}
         return result

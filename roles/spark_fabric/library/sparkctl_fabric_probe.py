@@ -15,8 +15,9 @@ short_description: Probe fabric ports (link, speed, MTU, GID) and jumbo-ping pee
 description:
   - For every fabric port, reports link state, speed, MTU and IPv4 addresses, and the RoCE v2 GID
     index of the port's address from /sys/class/infiniband when an RDMA device exists.
-  - Pings every peer address on the same half with C(ping -M do -s SIZE) (no fragmentation), in
-    rounds; a pair that never gets a full round is classed as lossy, mtu or unreachable.
+  - Pings every peer address of O(pings) (else on the same half of O(peers)) with
+    C(ping -M do -s SIZE) (no fragmentation), in rounds; a pair that never gets a full round is
+    classed as lossy, mtu or unreachable.
   - Optionally reads PFC/pause/discard counters (C(ethtool -S)) of the fabric ports.
 options:
   ports:
@@ -25,10 +26,17 @@ options:
     elements: dict
     required: true
   peers:
-    description: Other nodes, each with C(name) and C(addresses) (one per port, same order).
+    description: Other nodes, each with C(name) and C(addresses) (one per port, same order); each
+      address is pinged from this node's port of the same index. Ignored when O(pings) is given.
     type: list
     elements: dict
     default: []
+  pings:
+    description: The pings to send, as sparkctl renders them for the topology
+      (C(sparkctl_cluster.fabric_check)), each with C(peer), C(index) (this node's port), C(netdev),
+      C(src), C(dst), and optionally C(dst_netdev) and C(subnet), which come back with the result.
+    type: list
+    elements: dict
   size:
     description: ICMP payload size (8972 = MTU 9000 minus IPv4 and ICMP headers).
     type: int
@@ -60,7 +68,7 @@ ports:
   type: list
 pings:
   description: per peer and half - peer, index, netdev, src, dst, ok, kind (ok, lossy, mtu, unreachable),
-    received, sent, rounds, loss_pct, detail
+    received, sent, rounds, loss_pct, detail (and dst_netdev, subnet when given O(pings))
   returned: always
   type: list
 counters:
@@ -157,6 +165,7 @@ def main():
         argument_spec={
             "ports": {"type": "list", "elements": "dict", "required": True},
             "peers": {"type": "list", "elements": "dict", "default": []},
+            "pings": {"type": "list", "elements": "dict"},
             "size": {"type": "int", "default": 8972},
             "count": {"type": "int", "default": 5},
             "rounds": {"type": "int", "default": 3},
@@ -170,7 +179,12 @@ def main():
     ports = [port_facts(port, addresses) for port in p["ports"]]
 
     jobs = []
-    for peer in p["peers"]:
+    for job in p["pings"] or []:
+        jobs.append({"peer": job["peer"], "index": int(job["index"]), "netdev": job["netdev"],
+                     "src": str(ipaddress.ip_interface(job["src"]).ip),
+                     "dst": str(ipaddress.ip_interface(job["dst"]).ip),
+                     "dst_netdev": job.get("dst_netdev") or "", "subnet": job.get("subnet") or ""})
+    for peer in [] if p["pings"] is not None else p["peers"]:
         for idx, dst in enumerate(peer.get("addresses", [])):
             if idx >= len(p["ports"]):
                 continue

@@ -47,7 +47,7 @@ options:
   expected: {type: dict, default: {}, description: The head's archive manifest (fanout).}
   peers: {type: list, elements: dict, default: [], description: "[{name, rank, address}] of the chain."}
   port: {type: int, default: 29701, description: TCP port of the transfer agents.}
-  progress_path: {type: path, default: "", description: Progress JSON of the transfer agent.}
+  progress_path: {type: path, default: "", description: "Progress JSON for the controller's bars: the build's steps, the save's and the fan-out's bytes."}
   bwlimit_mib_s: {type: float, default: 0, description: Receive rate cap in MiB/s (0 = none).}
   stall_timeout_s: {type: float, default: 120, description: Give up when a peer sends nothing this long.}
   retries: {type: int, default: 3, description: Attempts per file.}
@@ -66,6 +66,7 @@ from ansible.module_utils.sparkctl.stage import fanout, image, transfer
 # What the modules above import relatively, named here too: Mitogen ships with a module only the
 # module_utils it names (tests/unit/test_strategy_mitogen.py keeps this list whole).
 import ansible.module_utils.sparkctl.nodeside.manifests  # noqa: F401
+import ansible.module_utils.sparkctl.nodeside.progress  # noqa: F401
 import ansible.module_utils.sparkctl.stage.manifest  # noqa: F401
 import ansible.module_utils.sparkctl.stage.writeback  # noqa: F401
 
@@ -162,11 +163,12 @@ def main():
             if module.check_mode:
                 module.exit_json(changed=True, image=image.inspect(p["ref"]))
             module.exit_json(**image.build(p["ref"], p["context"], p["dockerfile"], node,
-                                           base=p["base"] or None))
+                                           base=p["base"] or None, progress_path=p["progress_path"] or ""))
         if action == "save":
             if module.check_mode:
                 module.exit_json(changed=True, dir=image.archive_dir(p["run_dir"], p["expected_id"]))
-            module.exit_json(**image.save(p["ref"], p["expected_id"], p["run_dir"], node, p["compress"], margin))
+            module.exit_json(**image.save(p["ref"], p["expected_id"], p["run_dir"], node, p["compress"], margin,
+                                          progress_path=p["progress_path"] or ""))
         if action == "preflight":
             report = image.space_check(
                 node, p["run_dir"], p["data_root"], p["archive_bytes"], p["image_bytes"], margin

@@ -27,6 +27,7 @@ options:
   manifest: {type: str, required: true, description: Overlay manifest inside the kit.}
   overlay_source: {type: str, required: true, description: Directory of the overlay files inside the kit.}
   overlays: {type: list, elements: str, description: The profile's overlays (the manifest's keys must equal them).}
+  progress_path: {type: path, default: "", description: "Where git's fetch progress (objects, bytes) is written for the controller's bars (empty = none)."}
 author: sparkctl
 """
 
@@ -35,6 +36,7 @@ from ansible.module_utils.sparkctl.stage import kit
 # What the modules above import relatively, named here too: Mitogen ships with a module only the
 # module_utils it names (tests/unit/test_strategy_mitogen.py keeps this list whole).
 import ansible.module_utils.sparkctl.nodeside.kit  # noqa: F401
+import ansible.module_utils.sparkctl.nodeside.progress  # noqa: F401
 
 
 def main():
@@ -49,6 +51,7 @@ def main():
             manifest=dict(type="str", required=True),
             overlay_source=dict(type="str", required=True),
             overlays=dict(type="list", elements="str"),
+            progress_path=dict(type="path", default=""),
         ),
         supports_check_mode=True,
     )
@@ -56,7 +59,8 @@ def main():
     try:
         res = kit.prepare(p["source"], p["cache_dir"], url=p["url"], commit=p["commit"], path=p["path"],
                           sha256=p["sha256"] or None, manifest=p["manifest"],
-                          overlay_source=p["overlay_source"], overlays=p["overlays"])
+                          overlay_source=p["overlay_source"], overlays=p["overlays"],
+                          progress_path=p["progress_path"] or "")
     except (kit.KitSourceError, kit.nk.KitError) as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(**res)

@@ -50,27 +50,17 @@ import re
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sparkctl.nodeside import links, rdma, system
+from ansible.module_utils.sparkctl.nodeside import discover, links, rdma, system
 
 NA = "n/a"
 
 
 def os_release():
-    text = system.read_text("/etc/os-release") or ""
-    for line in text.splitlines():
-        if line.startswith("PRETTY_NAME="):
-            return line.split("=", 1)[1].strip().strip('"') or NA
-    return NA
+    return discover.os_release().get("PRETTY_NAME") or NA
 
 
 def nvidia_driver():
-    text = system.read_text("/proc/driver/nvidia/version")
-    if text:
-        m = re.search(r"Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]+)", text)
-        if m:
-            return m.group(1)
-    ver = system.read_text("/sys/module/nvidia/version")
-    return ver or NA
+    return discover.nvidia_driver() or NA
 
 
 def cuda_version():
@@ -94,11 +84,7 @@ def cx7_firmware(hcas):
 
 
 def bios():
-    ver = system.read_text("/sys/class/dmi/id/bios_version")
-    date = system.read_text("/sys/class/dmi/id/bios_date")
-    if not ver:
-        return NA
-    return f"{ver} ({date})" if date else ver
+    return discover.bios() or NA
 
 
 def main():

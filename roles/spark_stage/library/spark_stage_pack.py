@@ -30,7 +30,8 @@ author: sparkctl
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sparkctl.stage import dsv41en1, transfer
+from ansible.module_utils.sparkctl.nodeside import progress as stage_progress
+from ansible.module_utils.sparkctl.stage import dsv41en1
 # What the modules above import relatively, named here too: Mitogen ships with a module only the
 # module_utils it names (tests/unit/test_strategy_mitogen.py keeps this list whole).
 import ansible.module_utils.sparkctl.nodeside.manifests  # noqa: F401
@@ -57,31 +58,43 @@ def main():
     p = module.params
     progress = ticker = None
     if p["progress_path"] and not module.check_mode:
-        total = 0
+        rows = 0
         try:
             for src in dsv41en1.locate(p["model_dir"], dsv41en1.LAYERS):
                 lo, hi = dsv41en1.row_range(src.rows, p["rank"], p["tp"])
-                total += (hi - lo) * dsv41en1.ROW_BYTES
+                rows += hi - lo
         except (dsv41en1.FormatError, OSError, ValueError):
-            total = 0
-        progress = transfer.Progress(p["node"], bytes_total=total, state="packing", path=p["progress_path"])
-        ticker = transfer.Ticker(progress)
+            rows = 0
+        progress = stage_progress.Progress(
+            p["node"], step="pack", bytes_total=rows * dsv41en1.ROW_BYTES, state="packing",
+            path=p["progress_path"], count_unit="rows", count_total=rows,
+        )
+        progress.current = f"rank {p['rank']} of {p['tp']}"
+        progress.write()
+        ticker = stage_progress.Ticker(progress)
         ticker.start()
+
+    def packed(n):
+        # every block the packer writes is whole rows of ROW_BYTES (the file header is not counted)
+        progress.add(done=n, count=n // dsv41en1.ROW_BYTES)
+
     try:
         res = dsv41en1.pack_rank(
             p["model_dir"], p["engram_dir"], p["rank"], p["tp"], dsv41en1.LAYERS, force=p["force"],
             check_mode=module.check_mode, margin_bytes=int(p["margin_gib"] * (1 << 30)), block_rows=p["block_rows"],
-            on_progress=(lambda n: progress.add(done=n)) if progress is not None else None,
+            on_progress=packed if progress is not None else None,
         )
     except (dsv41en1.FormatError, OSError, ValueError) as exc:
+        if ticker is not None:
+            ticker.finish()
         if progress is not None:
             progress.set(state="failed", error=str(exc))
         module.fail_json(msg=f"{p['node']}: {exc}")
-    finally:
-        if ticker is not None:
-            ticker.stop.set()
+    if ticker is not None:
+        ticker.finish()
     if progress is not None:
-        progress.set(state="done", bytes_done=progress.bytes_total)
+        # kept files count as done: the rank holds every row
+        progress.set(state="done", bytes_done=progress.bytes_total, count_done=progress.count_total)
     out = res.as_dict()
     if res.seconds and res.bytes_written:
         out["rate_mib_s"] = round(res.bytes_written / (1 << 20) / res.seconds, 1)

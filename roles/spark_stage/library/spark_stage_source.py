@@ -29,6 +29,7 @@ options:
   full: {type: bool, default: false, description: Re-hash every file even when unchanged.}
   expected: {type: dict, description: A manifest to compare with (returns C(missing)); nothing is written.}
   margin_gib: {type: float, default: 8.0, description: "source=hf: free space to keep beyond the download (checked before it)."}
+  progress_path: {type: path, default: "", description: "source=hf: where to write the download's progress JSON for the controller's bars (empty = none)."}
 author: sparkctl
 """
 
@@ -45,10 +46,12 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sparkctl.nodeside import progress as stage_progress
 from ansible.module_utils.sparkctl.stage import dsv41en1, manifest, transfer
 # What the modules above import relatively, named here too: Mitogen ships with a module only the
 # module_utils it names (tests/unit/test_strategy_mitogen.py keeps this list whole).
 import ansible.module_utils.sparkctl.nodeside.manifests  # noqa: F401
+import ansible.module_utils.sparkctl.nodeside.progress  # noqa: F401
 import ansible.module_utils.sparkctl.stage.safetensors  # noqa: F401
 import ansible.module_utils.sparkctl.stage.writeback  # noqa: F401
 
@@ -158,8 +161,27 @@ def _from_hf(module, model_dir, hub):
     missing = _check_space(module, model_dir, hub)
     if module.check_mode:
         return [f"would download {missing / (1 << 30):.2f} GiB of {p['repo']}@{p['revision']} into {model_dir}"]
-    path = snapshot_download(repo_id=p["repo"], revision=p["revision"], local_dir=model_dir,
-                             token=p["hf_token"] or None)
+    ticker = None
+    if p["progress_path"]:
+        sizes = {rel: int(e["size"] or 0) for rel, e in hub.items()}
+        prog = stage_progress.Progress(p["_node"], step="download", state="downloading", path=p["progress_path"],
+                                       bytes_total=sum(sizes.values()), files_total=len(sizes))
+        ticker = stage_progress.Ticker(prog, every=1.0, sample=stage_progress.hub_sampler(prog, model_dir, sizes))
+        ticker.sample()
+        prog.write()
+        ticker.start()
+    try:
+        path = snapshot_download(repo_id=p["repo"], revision=p["revision"], local_dir=model_dir,
+                                 token=p["hf_token"] or None)
+    except Exception as exc:
+        if ticker is not None:
+            ticker.finish()
+            ticker.progress.set(state="failed", error=f"{type(exc).__name__}: {exc}")
+        module.fail_json(msg=f"{p['_node']}: downloading {p['repo']}@{p['revision']} failed: "
+                             f"{type(exc).__name__}: {exc} (a re-run resumes)")
+    if ticker is not None:
+        ticker.finish()
+        ticker.progress.set(state="done", items=[], current="")
     return [f"downloaded {p['repo']}@{p['revision']} into {path}"]
 
 
@@ -175,6 +197,7 @@ def main():
             full=dict(type="bool", default=False),
             expected=dict(type="dict"),
             margin_gib=dict(type="float", default=8.0),
+            progress_path=dict(type="path", default=""),
             _node=dict(type="str", default=""),
         ),
         supports_check_mode=True,

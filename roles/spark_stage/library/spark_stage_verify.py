@@ -19,7 +19,7 @@ options:
   engram_dir: {type: path, required: true, description: Packed Engram directory.}
   rank: {type: int, required: true, description: This node's rank.}
   tp: {type: int, required: true, description: Tensor-parallel size.}
-  what: {type: str, choices: [weights, engram, all], default: all, description: What to verify.}
+  what: {type: str, choices: [weights, engram, all, none], default: all, description: "What to verify (none: nothing, e.g. engram on a resident-Engram group)."}
   depth: {type: str, choices: [quick, full], default: quick, description: Quick (stat) or full (re-hash).}
   expected: {type: dict, description: The head's manifest (default: this node's own).}
   fail_on_problems: {type: bool, default: true, description: Fail when anything is wrong.}
@@ -74,7 +74,7 @@ def main():
             engram_dir=dict(type="path", required=True),
             rank=dict(type="int", required=True),
             tp=dict(type="int", required=True),
-            what=dict(type="str", choices=["weights", "engram", "all"], default="all"),
+            what=dict(type="str", choices=["weights", "engram", "all", "none"], default="all"),
             depth=dict(type="str", choices=["quick", "full"], default="quick"),
             expected=dict(type="dict"),
             fail_on_problems=dict(type="bool", default=True),

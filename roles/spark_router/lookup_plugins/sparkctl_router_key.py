@@ -1,0 +1,1 @@
+../../../plugins/lookup/sparkctl_inventory_lookup.py

@@ -1,0 +1,185 @@
+"""Two serving groups on the lab: its four nodes as group a (spark-0, spark-1) and group b
+(spark-2, spark-3), each TP2 with its own rendezvous and rank 0, over real SSH and systemd; then
+SGLang's gateway in front of them (needs its x86_64 wheel, ``SPARKCTL_ROUTER_WHEELS``: `make
+integration` fetches it; without it the router tests skip saying so).
+
+The lab's inventory is copied and given ``sparkctl_groups`` (``support.groups_lab``). Each group's
+ranks start with --nnodes 2 and --node-rank 0/1 and meet at their own head; Engram shards are packed
+r0of2/r1of2 per group; `up`, `status`, `down`, `logs` and `bundle` act per group (--group) and on
+all. With the router on spark-1 (round_robin): `up --full` installs and starts it after the groups
+and returns once the router lists both groups' rank 0 (its router gate), status shows it routing to
+both at once, the site's endpoint (``qa.endpoint.for_cluster`` of the whole site, what bench and
+qualify measure through) is the router, requests through it reach both groups' rank 0, and `bench`
+and `qualify --via-router` measure the site once through it, each group's rank 0 idle and as its
+profile behind it. At the end the lab is left as its own inventory had it (``GroupsSite.restore``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+from support.groups_lab import GROUPS, ROUTER_UNIT, GroupsSite, ok
+
+if TYPE_CHECKING:
+    from conftest import Lab
+
+pytestmark = pytest.mark.integration
+
+ROUTER_NODE = "spark-1"
+PORT, METRICS_PORT = 8889, 29000
+WHEELS = os.environ.get("SPARKCTL_ROUTER_WHEELS", "")
+
+
+@pytest.fixture(scope="module")
+def site(served: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GroupsSite]:
+    served.run_sparkctl("down")  # the one-group ranks an earlier module left
+    s = GroupsSite.make(served, tmp_path_factory.mktemp("groups"))
+    ok(s.run("validate"), "validate")
+    try:
+        yield s
+    finally:
+        left = s.restore()
+        assert not left, left
+
+
+def test_stage_engram_packs_each_groups_tp2_shards(site: GroupsSite) -> None:
+    from sparkctl.model import load_inventory
+
+    engram_dir = load_inventory(site.inventory).paths.engram_dir
+    ok(site.run("stage", "engram", timeout=1800), "stage engram")
+    for name, nodes in GROUPS.items():
+        for rank, node in enumerate(nodes):
+            listing = site.lab.ssh(node, f"ls {engram_dir}", check=False).stdout
+            assert f"r{rank}of2" in listing, f"group {name}: {node} has no r{rank}of2 shard: {listing}"
+
+
+def test_up_brings_both_groups_up_each_with_its_own_rendezvous(site: GroupsSite) -> None:
+    up = site.run("up", "--yes", json_out=True)
+    ok(up, "up")
+    doc = json.loads(up.stdout)
+    assert doc["result"] == "ready" and sorted(doc["groups"]) == ["a", "b"]
+    assert set(site.units().values()) == {"active"}
+    head_b = site.lab.fabric_ip("spark-2")
+    argv = site.rank_argv("spark-3")
+    assert "--nnodes 2" in argv and "--node-rank 1" in argv and f"--dist-init-addr {head_b}:" in argv, argv
+    status = site.run("status", json_out=True)
+    ok(status, "status")
+    snap = json.loads(status.stdout)
+    assert snap["verdict"] == "ready"
+    assert {g: s["verdict"] for g, s in snap["groups"].items()} == {"a": "ready", "b": "ready"}
+
+
+def test_logs_and_bundle_of_one_group(site: GroupsSite, tmp_path: Path) -> None:
+    logs = site.run("logs", "--group", "b", "-n", "20")
+    ok(logs, "logs --group b")
+    prefixes = {line.split("]", 1)[0] + "]" for line in logs.stdout.splitlines() if line.startswith("[")}
+    assert prefixes == {"[b r0 spark-2]", "[b r1 spark-3]"}, logs.stdout[-2000:]
+    out = tmp_path / "a.tar.gz"
+    ok(site.run("bundle", "--group", "a", "-o", str(out)), "bundle --group a")
+    with tarfile.open(out) as tar:
+        names = {m.name.split("/", 1)[1] for m in tar.getmembers()}
+    assert {n.split("/")[1] for n in names if n.startswith("nodes/")} == {"spark-0", "spark-1"}
+
+
+def test_down_group_stops_one_group_and_status_says_which(site: GroupsSite) -> None:
+    ok(site.run("down", "--group", "a"), "down --group a")
+    units = site.units()
+    assert [units[n] for n in GROUPS["a"]] == ["inactive", "inactive"]
+    assert [units[n] for n in GROUPS["b"]] == ["active", "active"]
+    status = site.run("status", json_out=True)
+    assert status.returncode == 3, status.stdout + status.stderr
+    snap = json.loads(status.stdout)
+    assert snap["groups"]["b"]["verdict"] == "ready" and snap["groups"]["a"]["verdict"] != "ready"
+    ok(site.run("status", "--group", "b", json_out=True), "status --group b")
+    ok(site.run("up", "--group", "a", "--yes"), "up --group a")
+    assert set(site.units().values()) == {"active"}
+
+
+# --- the router in front of the two groups ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def routed(site: GroupsSite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GroupsSite]:
+    """The same two groups with the gateway on spark-1: a second inventory copy (its own restore
+    takes the router away; the groups' shards stay for it)."""
+    if not WHEELS or not any(Path(WHEELS).glob("smg-1.13.0-*x86_64*.whl")):
+        pytest.skip("SPARKCTL_ROUTER_WHEELS names no directory holding the smg 1.13.0 x86_64 wheel "
+                    "(the lab has no route out: `make integration` downloads it on the controller)")
+    router = {"node": ROUTER_NODE, "port": PORT, "metrics_port": METRICS_PORT, "policy": "round_robin",
+              "wheel_dir": str(Path(WHEELS).absolute())}
+    r = GroupsSite.make(site.lab, tmp_path_factory.mktemp("routed"), router)
+    ok(r.run("validate"), "validate (with the router)")
+    ok(site.run("down"), "down (the groups without the router)")
+    ok(r.run("provision", "--tags", "firewall"),
+       "provision --tags firewall (the router's port, the groups' API behind it)")
+    try:
+        yield r
+    finally:
+        left = r.restore()  # the router's unit, key and venv gone, the lab's own firewalls back
+        assert not left, left
+
+
+def test_up_starts_the_router_after_the_groups_and_status_shows_it(routed: GroupsSite) -> None:
+    up = routed.run("up", "--yes", "--full", json_out=True)
+    ok(up, "up --full (with the router)")
+    # `up` returned after its router gate: the router lists both groups' rank 0, and status says so
+    # at once (no waiting here).
+    gate = json.loads(up.stdout)["router"]
+    assert gate["gate"] == "router" and gate["node"] == ROUTER_NODE and sorted(gate["workers"]) == ["a", "b"]
+    assert 0 <= gate["seconds"] < 180, gate
+    state = routed.lab.ssh(ROUTER_NODE, f"systemctl is-active {ROUTER_UNIT}", check=False).stdout.strip()
+    assert state == "active"
+    router = routed.router_row()
+    assert router["unit"] == "active" and router["health"] == 200 and router["missing"] == [], router
+    ok(routed.run("status"), "status (the router routing to both groups)")
+
+
+def test_the_sites_endpoint_is_the_router_and_requests_reach_both_groups(routed: GroupsSite) -> None:
+    from sparkctl.model import load_inventory
+    from sparkctl.qa.endpoint import for_cluster
+
+    key = routed.lab.api_key_file.read_text().strip()
+    endpoint = for_cluster(load_inventory(routed.inventory))  # /v1/models through it
+    assert endpoint.root == f"http://{routed.lab.mgmt_ip(ROUTER_NODE)}:{PORT}" and endpoint.simulator
+    with httpx.Client(timeout=120) as http:
+        before = {g: routed.served_requests(http, nodes[0], key) for g, nodes in GROUPS.items()}
+        client = endpoint.client(timeout=120)
+        for i in range(6):  # round_robin over two workers: three each
+            reply = client.chat.completions.create(
+                model=endpoint.model, max_tokens=8, messages=[{"role": "user", "content": f"say {i}"}])
+            assert reply.choices[0].message.content is not None
+        refused = http.post(f"{endpoint.root}/v1/chat/completions",
+                            json={"model": endpoint.model, "messages": [{"role": "user", "content": "hi"}]})
+        assert refused.status_code == 401
+        after = {g: routed.served_requests(http, nodes[0], key) for g, nodes in GROUPS.items()}
+    assert all(after[g] >= before[g] + 3 for g in GROUPS), (before, after)
+
+
+def test_bench_and_qualify_via_router_measure_the_whole_site_once(routed: GroupsSite, tmp_path: Path) -> None:
+    key = routed.lab.api_key_file.read_text().strip()
+    with httpx.Client(timeout=120) as http:
+        before = {g: routed.served_requests(http, nodes[0], key) for g, nodes in GROUPS.items()}
+    bench = routed.run("bench", "--via-router", "--quick", "--workload", "coding", "--concurrency", "1,4",
+                       "--prefill", "none", "--results", str(tmp_path), json_out=True)
+    ok(bench, "bench --via-router")
+    assert "groups" not in json.loads(bench.stdout)  # one measurement of the whole site
+    doc = json.loads(Path(json.loads(bench.stdout)["results_json"]).read_text())
+    assert doc["endpoint"].startswith(f"http://{routed.lab.mgmt_ip(ROUTER_NODE)}:{PORT}/"), doc["endpoint"]
+    # every group's rank 0 idle before and after, and compared with its own profile, behind the router
+    assert all(sorted(r["groups"]) == ["a", "b"] for r in doc["idle_checks"]), doc["idle_checks"]
+    assert sorted(doc["server_identity_checked"]["groups"]) == ["a", "b"]
+    with httpx.Client(timeout=120) as http:
+        after = {g: routed.served_requests(http, nodes[0], key) for g, nodes in GROUPS.items()}
+    assert all(after[g] > before[g] for g in GROUPS), (before, after)  # the policy spread the ladder
+    qualify = routed.run("qualify", "--via-router", "--results", str(tmp_path), json_out=True)
+    ok(qualify, "qualify --via-router")
+    assert json.loads(qualify.stdout)["passed"]
+    refused = routed.run("bench", "--via-router", "--group", "a", json_out=True)
+    assert refused.returncode == 2 and "--group (a)" in refused.stdout, refused.stdout + refused.stderr

@@ -1,0 +1,97 @@
+"""A switchless four-node ring on the lab (`lab up --shape ring`): MiaAI-Lab's TP4 ring, each node
+cabled to its two neighbours only, one point-to-point cable and subnet per pair, no path between
+opposite nodes.
+
+A reduced path, to keep the suite's time: the module brings its stream's lab up as a ring (a new
+lab: the one before is taken down), provisions it and runs `check fabric`, which must prove every
+neighbour over its cable and name the two opposite pairs as having no direct path. It does not
+stage or serve (the ring's profile needs the patched NCCL artifact, which the lab does not build;
+serving TP4 is the switched lab's and the triangle's tests). At its end the lab goes back to the
+shape it had. In conftest's STREAMS at the end of the first stream, after the triangle.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from conftest import Lab
+
+pytestmark = pytest.mark.integration
+
+SHAPE = "ring"
+OPPOSITE = [("spark-0", "spark-2"), ("spark-1", "spark-3")]
+
+
+def _json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    try:
+        doc: dict[str, Any] = json.loads(proc.stdout)
+    except ValueError as exc:
+        raise AssertionError(f"no JSON on stdout (exit {proc.returncode}): {proc.stdout[-2000:]}\n"
+                             f"{proc.stderr[-2000:]}") from exc
+    return doc
+
+
+def _sizes(lab: Lab, shape: str) -> dict[str, int] | None:
+    from sparkctl_lab import topology
+
+    nodes = topology.node_names(topology.get_shape(shape))
+    return dict.fromkeys(nodes, lab.nvme_gib) if lab.nvme_gib else None
+
+
+@pytest.fixture(scope="module")
+def ring(lab: Lab) -> Iterator[Lab]:
+    """The stream's lab brought up as a ring, provisioned; back to the shape it had at the end."""
+    from sparkctl_lab import control
+
+    before = control.recorded_shape()
+    report = control.up(lab.inventory, _sizes(lab, SHAPE), shape=SHAPE)
+    assert report.shape == SHAPE
+    try:
+        proc = lab.run_sparkctl("provision", json_out=True, timeout=900)
+        doc = _json(proc)
+        assert proc.returncode == 0, (doc.get("failures"), proc.stderr[-3000:])
+        yield lab
+    finally:
+        control.up(lab.inventory, _sizes(lab, before), shape=before)
+
+
+def test_the_patch_panel_cables_neighbours_only(ring: Lab) -> None:
+    from sparkctl_lab import topology
+
+    assert list(ring.status()) == ["spark-0", "spark-1", "spark-2", "spark-3", "lab-switch"]
+    for bridge, ports in topology.segments().items():
+        out = ring.exec("lab-switch", "ip", "-o", "link", "show", "master", bridge).stdout
+        assert sorted(line.split(": ")[1].split("@")[0] for line in out.splitlines()) == sorted(ports), out
+    # An opposite node's address answers nowhere: spark-0 has no route to spark-2's subnets.
+    for a, b in OPPOSITE:
+        for h in topology.fabric_ports():
+            far = str(topology.fabric_ip(b, h).ip)
+            ping = ring.exec(a, "ping", "-c", "1", "-W", "1", far, check=False)
+            assert ping.returncode != 0, f"{a} reached {b}'s {far}: {ping.stdout}"
+
+
+def test_check_fabric_proves_neighbours_and_names_the_missing_opposite_paths(ring: Lab) -> None:
+    from sparkctl_lab import topology
+
+    proc = ring.run_sparkctl("check", "fabric", json_out=True, timeout=300)
+    doc = _json(proc)
+    assert proc.returncode == 0, doc["problems"]
+    nodes = ring.nodes
+    neighbours = {(a, b) for a in nodes for b in topology.neighbours(a)}
+    pinged = {(p["src"], p["dst"]) for p in doc["pairs"]}
+    assert pinged == neighbours and all(p["ok"] for p in doc["pairs"])
+    assert len(neighbours) == 8  # four cables, both directions
+    for a, b in OPPOSITE:
+        line = next((t for t in doc["absent"] if a in t and b in t), None)
+        assert line is not None and "opposite nodes on the ring" in line, doc["absent"]
+    assert len(doc["absent"]) == len(OPPOSITE)
+    # Without --json the same verdict is told in words.
+    words = ring.run_sparkctl("check", "fabric", timeout=300)
+    assert words.returncode == 0
+    assert "no direct path" in words.stdout + words.stderr

@@ -158,7 +158,7 @@ class FakeSshd:
         forwards: dict[int, tuple[str, int]] = {}
         try:
             transport.start_server(server=_Iface(self.client_key, forwards))
-        except (paramiko.SSHException, EOFError):
+        except (paramiko.SSHException, EOFError, OSError):  # the client went away mid-negotiation
             return
         threading.Thread(target=_forward, args=(transport, forwards, self.forwarded), daemon=True).start()
 

@@ -133,7 +133,9 @@ def _serve_two_host_keys(keys: list[paramiko.PKey]) -> tuple[int, threading.Even
             t = paramiko.Transport(conn)
             for k in keys:
                 t.add_server_key(k)
-            with contextlib.suppress(paramiko.SSHException, EOFError):
+            # The scan closes its side once it has the key, and the server's negotiation may then end
+            # in a reset (an OSError): the loop goes on to the next connection whatever ended this one.
+            with contextlib.suppress(paramiko.SSHException, EOFError, OSError):
                 t.start_server(server=_TwoKeys())
         sock.close()
 

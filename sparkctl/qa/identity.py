@@ -130,6 +130,9 @@ class SourceIdentity(_Model):
     # made the group ready (its ready.json), None when no readiness was recorded here.
     ready: dict[str, Any] | None = None
     gathered: str
+    # Measured through the router: each serving group's own block (its profile, kit, ranks, readiness)
+    # beside the site's (qa.verbs.identities); None for one group's own rank 0.
+    groups: dict[str, SourceIdentity] | None = None
 
 
 def _sha256_json(doc: Any) -> str:

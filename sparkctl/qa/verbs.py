@@ -119,6 +119,21 @@ def via_router(site: Cluster, groups: Sequence[str] | None) -> Targets:
     return [(None, site)]
 
 
+def identities(tools: QaTools, cluster: Cluster, router: bool, **kwargs: Any) -> Identity:
+    """The source identity and the measured profile of what a run measures: the cluster's; through
+    the router, the site's with each group's own under ``groups`` (each group its own profile, kit,
+    ranks and readiness, read without the router, which may sit on another group's node)."""
+    ident, measured = tools.identity(cluster, **kwargs)
+    if not router:
+        return ident, measured
+    from sparkctl.render.groups import view
+
+    per = {g.name: tools.identity(view(cluster, g).model_copy(update={"router": None}), **kwargs)
+           for g in cluster.groups}
+    return ({**ident, "groups": {name: i for name, (i, _) in per.items()}},
+            {**measured, "groups": {name: m for name, (_, m) in per.items()}})
+
+
 def _through(tools: QaTools, cluster: Cluster, router: bool) -> tuple[Endpoint | None, Compare]:
     """Where a run measures and what its ``/server_info`` is compared with: rank 0 (None: the verb
     finds it) and the cluster's check, or the site's router and each group's own check by name."""
@@ -175,7 +190,7 @@ class Qualify:
     def one(self, cluster: Cluster) -> tuple[dict[str, Any], bool]:
         """One cluster's (one group's) qualify run: its record and verdict."""
         with self.tools.guard(cluster) as guard, self.tools.thermals(cluster) as heat:
-            ident, measured = self.tools.identity(cluster)
+            ident, measured = identities(self.tools, cluster, self.router)
             endpoint, check = _through(self.tools, cluster, self.router)
             # The suite is one quiet stretch: the GPUs are read before and after it, never during a check.
             windows = Windows(sample=heat.sample_once, when="before and after the suite")
@@ -254,7 +269,7 @@ class Bench:
         from sparkctl.qa.endpoint import for_cluster
 
         with self.tools.guard(cluster) as guard, self.tools.thermals(cluster) as heat:
-            ident, measured = self.tools.identity(cluster, workloads=loaded)
+            ident, measured = identities(self.tools, cluster, self.router, workloads=loaded)
             endpoint, check = _through(self.tools, cluster, self.router)
             windows = Windows(sample=heat.sample_once)
             with self.out.benching() as progress:
@@ -270,4 +285,5 @@ class Bench:
                 bool(report.errors or memory.get("breach")))
 
 
-__all__ = ["Bench", "Guard", "Heat", "Outcome", "QaOutput", "QaTools", "Qualify", "identity", "via_router"]
+__all__ = ["Bench", "Guard", "Heat", "Outcome", "QaOutput", "QaTools", "Qualify", "identities", "identity",
+           "via_router"]

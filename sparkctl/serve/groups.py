@@ -69,15 +69,18 @@ def several(found: Sequence[Target]) -> bool:
 def named_clusters(cluster: Cluster, names: Iterable[str] | None = None) -> list[tuple[str | None, Cluster]]:
     """The clusters a verb that measures rank 0 (qualify, bench) runs against: the site itself (name
     None) on a site of one group; else each group ``names`` picks (default all) as its own cluster
-    (its rank 0's API, its profile), in the site's order."""
+    (its rank 0's API, its profile, no router), in the site's order."""
     from sparkctl.render import plan_document
 
     if not names and len(getattr(cluster, "groups", None) or ()) <= 1:
         return [(None, cluster)]  # one group: the site itself, nothing to render for the choice
     found = targets(cluster, plan_document(cluster), names)
+    # Measured on its own rank 0, a group has no router in front of it; the router may also sit on
+    # another group's node, which the group's own plan (its identity, its /server_info check) lacks.
+    measured = [(t.group, t.cluster.model_copy(update={"router": None})) for t in found]
     if not several(found):
-        return [(None, found[0].cluster)]
-    return [(t.group, t.cluster) for t in found]
+        return [(None, measured[0][1])]
+    return [(name, c) for name, c in measured]
 
 
 def overall(verdicts: Iterable[str]) -> str:

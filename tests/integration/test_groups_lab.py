@@ -8,10 +8,12 @@ ranks start with --nnodes 2 and --node-rank 0/1 and meet at their own head; Engr
 r0of2/r1of2 per group; `up`, `status`, `down`, `logs` and `bundle` act per group (--group) and on
 all. With the router on spark-1 (round_robin): `up --full` installs and starts it after the groups
 and returns once the router lists both groups' rank 0 (its router gate), status shows it routing to
-both at once, the site's endpoint (``qa.endpoint.for_cluster`` of the whole site, what bench and
-qualify measure through) is the router, requests through it reach both groups' rank 0, and `bench`
-and `qualify --via-router` measure the site once through it, each group's rank 0 idle and as its
-profile behind it. At the end the lab is left as its own inventory had it (``GroupsSite.restore``).
+both at once (the gateway's command line names its workers, never the key), the site's endpoint
+(``qa.endpoint.for_cluster`` of the whole site, what bench and qualify measure through) is the
+router, requests through it reach both groups' rank 0, and `bench` and `qualify --via-router`
+measure the site once through it, each group's rank 0 idle and as its profile behind it; a killed
+router comes back, and `down` stops it first. At the end the lab is left as its own inventory had
+it (``GroupsSite.restore``).
 """
 
 from __future__ import annotations
@@ -136,6 +138,11 @@ def test_up_starts_the_router_after_the_groups_and_status_shows_it(routed: Group
     assert 0 <= gate["seconds"] < 180, gate
     state = routed.lab.ssh(ROUTER_NODE, f"systemctl is-active {ROUTER_UNIT}", check=False).stdout.strip()
     assert state == "active"
+    # The gateway is told its workers on its command line; the API key is not there (a 0600 file).
+    cmdline = routed.lab.ssh(ROUTER_NODE, "cat /proc/$(systemctl show -p MainPID --value "
+                             f"{ROUTER_UNIT})/cmdline | tr '\\0' ' '", check=False).stdout
+    key = routed.lab.api_key_file.read_text().strip()
+    assert "--worker-urls" in cmdline and key not in cmdline, cmdline
     router = routed.router_row()
     assert router["unit"] == "active" and router["health"] == 200 and router["missing"] == [], router
     ok(routed.run("status"), "status (the router routing to both groups)")
@@ -183,3 +190,12 @@ def test_bench_and_qualify_via_router_measure_the_whole_site_once(routed: Groups
     assert json.loads(qualify.stdout)["passed"]
     refused = routed.run("bench", "--via-router", "--group", "a", json_out=True)
     assert refused.returncode == 2 and "--group (a)" in refused.stdout, refused.stdout + refused.stderr
+
+
+def test_a_killed_router_is_restarted_and_down_stops_it_first(routed: GroupsSite) -> None:
+    routed.lab.ssh(ROUTER_NODE, f"systemctl kill --signal=KILL {ROUTER_UNIT}", check=False)
+    probe = f"sleep 8; systemctl is-active {ROUTER_UNIT}"
+    assert routed.lab.ssh(ROUTER_NODE, probe, check=False).stdout.strip() == "active"
+    ok(routed.run("down"), "down")
+    state = routed.lab.ssh(ROUTER_NODE, f"systemctl is-active {ROUTER_UNIT}", check=False).stdout.strip()
+    assert state != "active"

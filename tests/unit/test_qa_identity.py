@@ -182,3 +182,34 @@ def test_the_summary_is_the_headline_of_each_result_kind() -> None:
         "checks": [{"name": "text", "passed": True}, {"name": "needle", "passed": False}],
     }
     assert identity.summary("qualify", qualify_doc)["checks"] == {"text": True, "needle": False}
+
+
+def test_through_the_router_each_group_has_its_own_identity_beside_the_sites(tmp_path: Path) -> None:
+    """Measured through the router, the results name what stood behind it: each group's own block
+    (its nodes, its profile), read without the router, which sits on a node of group a."""
+    from sparkctl.model import load_inventory
+    from sparkctl.qa.verbs import QaTools, identities
+
+    site = load_inventory(Path(__file__).resolve().parents[2] / "inventory" / "examples" / "switch-2xtp4")
+    assert site.router is not None and site.router.node in site.groups[0].nodes
+    fleet = LocalFleet(set(), tmp_path)
+    asked: list[str] = []
+
+    def ident(cluster: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        asked.append(cluster.name)
+        return identity.gather(cluster, fleet=fleet, **kwargs), identity.measured_profile(cluster)
+
+    unused: Any = None
+    tools = QaTools(guard=unused, thermals=unused, server_check=unused, identity=ident, cycle=unused)
+    block, measured = identities(tools, site, True, workloads=[load_builtin("coding")])
+    parsed = SourceIdentity.model_validate(block)
+    assert parsed.groups is not None and sorted(parsed.groups) == ["a", "b"]
+    for g in site.groups:
+        own = parsed.groups[g.name]
+        assert [n.name for n in own.nodes] == list(g.nodes) and own.profile.name == g.profile.name
+        assert [w.name for w in own.workloads] == ["coding"] and own.groups is None
+    assert sorted(measured["groups"]) == ["a", "b"]
+    # On a group's own rank 0 (no router): its block alone.
+    asked.clear()
+    alone, _ = identities(tools, site, False)
+    assert alone["groups"] is None and asked == [site.name]

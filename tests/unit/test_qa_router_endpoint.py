@@ -95,3 +95,22 @@ def test_groups_serving_under_different_names_are_not_measured_through_the_route
     assert err.value.exit_code == EXIT_USAGE
     assert "b: other-name" in str(err.value)
     assert asked == []
+
+
+def test_a_group_measured_on_its_own_rank_0_has_no_router_in_front(asked: list[dict[str, Any]]) -> None:
+    """The router sits on spark-0, in group a: group b measured on its own (``--group b``, or every
+    group in turn) renders its plan, identity and /server_info check from its own nodes, without a
+    router on a node outside them."""
+    from sparkctl.render import plan_document
+    from sparkctl.serve.groups import named_clusters
+
+    cluster = load_inventory(TWO_GROUPS)
+    assert cluster.router is not None and cluster.router.node == "spark-0"
+    for names in (["b"], None):
+        measured = named_clusters(cluster, names)
+        assert [name for name, _ in measured] == (names or ["a", "b"])
+        for name, group in measured:
+            assert group.router is None, name
+            doc = plan_document(group)  # the router's node is not in group b: this used to refuse
+            assert {e["name"] for e in doc["nodes"]} == set(rgroups.group(cluster, str(name)).nodes)
+            assert endpoint.for_cluster(group).root == f"http://{group.head.mgmt_ip}:{group.ports.api}"

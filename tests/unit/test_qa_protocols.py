@@ -151,6 +151,9 @@ def test_an_arrival_schedule_is_pinned_and_parsed_naming_the_line(tmp_path: Path
         protocols.parse_schedule(b'{"at": 0, "workload": "mixed", "category": "poetry"}', "s")
 
 
+# Holds the sender to the schedule (each request sent within 0.2 s of its arrival time): beside the
+# lab tests a starved machine sent one 0.31 s late. `make test` runs it first, alone.
+@pytest.mark.timing
 def test_arrivals_report_throughput_and_latency_mean_median_p95(sim: SimRank, tmp_path: Path) -> None:
     sim.start(SPARKCTL_SIM_TOKEN_RATE="400", SPARKCTL_SIM_TTFT_S="0")
     path, digest = _schedule(tmp_path, [

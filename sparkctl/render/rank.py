@@ -412,15 +412,17 @@ def free_name_script(name: str, tries: int = NAME_FREE_TRIES) -> str:
     A container left by an earlier start (exited, killed with its node, or still being created or
     removed by the engine when the unit stopped) would make `docker run --name` fail with a name
     conflict. One `docker rm --force` is not always enough while the engine is still busy with it,
-    so this removes and checks again, once a second, and fails the start naming the container when
-    the name is still taken after ``tries`` rounds."""
+    so this checks again at once after each removal (usually the name is free: no wait), and only
+    while it is still taken removes it again once a second; it fails the start naming the container
+    when the name is still taken after ``tries`` removals."""
     d = c.DOCKER
     return (f"i=0; while {d} container inspect {name} >/dev/null 2>&1; do "
-            f"{d} rm --force {name} >/dev/null 2>&1 && echo \"removed the earlier container {name}\"; "
-            f"i=$((i + 1)); if [ $i -ge {int(tries)} ]; then "
+            f"if [ $i -ge {int(tries)} ]; then "
             f"echo \"container {name} still exists after {int(tries)} removals: "
             f"$({d} container inspect --format '{{{{.State.Status}}}}' {name} 2>&1)\" >&2; exit 1; fi; "
-            "sleep 1; done")
+            "if [ $i -gt 0 ]; then sleep 1; fi; "
+            f"{d} rm --force {name} >/dev/null 2>&1 && echo \"removed the earlier container {name}\"; "
+            "i=$((i + 1)); done")
 
 
 def rank_unit(cluster: Cluster, node: Node) -> str:

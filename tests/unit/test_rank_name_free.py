@@ -44,9 +44,14 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, taken: int,
     fake.write_text(FAKE_DOCKER.format(state=state, taken=taken))
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setattr(c, "DOCKER", str(fake))
+    # `sleep` noted among the engine's calls (and returning at once): where the script waits
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sleep").write_text(f'#!/bin/sh\necho "sleep" >> {state}/calls\n')
+    (bin_dir / "sleep").chmod(0o755)
     script = rank.free_name_script("sparkctl-lab-r3", tries=tries)
     proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=60,
-                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+                          env={"PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"})
     calls = (state / "calls").read_text().split() if (state / "calls").exists() else []
     return proc, calls
 
@@ -55,9 +60,22 @@ def test_a_name_still_taken_after_a_refused_removal_is_freed_before_the_start(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     proc, calls = _run(tmp_path, monkeypatch, taken=3, tries=10)
     assert proc.returncode == 0, proc.stderr
-    # removed until the engine no longer knows the name: a single `rm --force` (refused) was not enough
-    assert calls == ["inspect", "rm", "inspect", "rm", "inspect", "rm", "inspect"]
+    # removed until the engine no longer knows the name (a single `rm --force`, refused, was not
+    # enough), a second apart while it still does
+    assert calls == ["inspect", "rm", "inspect", "sleep", "rm", "inspect", "sleep", "rm", "inspect"]
     assert "removed the earlier container sparkctl-lab-r3" in proc.stdout
+
+
+def test_a_container_removed_at_once_costs_the_start_no_wait(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The usual case, an exited container from the last run: one removal, the name free at the
+    next check, no second waited (each `up` used to wait 1 s per rank wave here)."""
+    proc, calls = _run(tmp_path, monkeypatch, taken=1, tries=10)
+    assert proc.returncode == 0, proc.stderr
+    assert calls == ["inspect", "rm", "inspect"]
+    (tmp_path / "free").mkdir()
+    proc, calls = _run(tmp_path / "free", monkeypatch, taken=0, tries=10)  # no container left at all
+    assert proc.returncode == 0 and calls == ["inspect"]
 
 
 def test_a_name_that_never_frees_fails_the_start_naming_the_container(

@@ -32,6 +32,7 @@ import httpx
 import pytest
 import yaml
 from support.groups_lab import RANK_UNIT, ROUTER_UNIT, GroupsSite, ok
+from support.shape_lab import available_gib, sizes
 
 if TYPE_CHECKING:
     from conftest import Lab
@@ -45,37 +46,23 @@ PORT, METRICS_PORT = 8889, 29000
 WHEELS = os.environ.get("SPARKCTL_ROUTER_WHEELS", "")
 
 
-def _available_gib() -> float:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) / 2**20
-    raise AssertionError("no MemAvailable in /proc/meminfo")
-
-
 class _LowestMemory:
     """The lowest MemAvailable seen, sampled every second in a thread while the module runs."""
 
     def __init__(self) -> None:
-        self.lowest = _available_gib()
+        self.lowest = available_gib()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
 
     def _sample(self) -> None:
         while not self._stop.wait(1.0):
-            self.lowest = min(self.lowest, _available_gib())
+            self.lowest = min(self.lowest, available_gib())
 
     def stop(self) -> float:
         self._stop.set()
         self._thread.join()
         return self.lowest
-
-
-def _sizes(lab: Lab, shape: str) -> dict[str, int] | None:
-    from sparkctl_lab import topology
-
-    nodes = topology.node_names(topology.get_shape(shape))
-    return dict.fromkeys(nodes, lab.nvme_gib) if lab.nvme_gib else None
 
 
 def _two_tp4_site(lab: Lab, where: Path) -> GroupsSite:
@@ -111,9 +98,9 @@ def site(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GroupsS
 
     t0, memory = time.monotonic(), _LowestMemory()
     before = control.recorded_shape()
-    report = control.up(lab.inventory, _sizes(lab, SHAPE), shape=SHAPE)
+    report = control.up(lab.inventory, sizes(lab, SHAPE), shape=SHAPE)
     assert report.shape == SHAPE and topology.node_names() == GROUPS["a"] + GROUPS["b"]
-    sys.stderr.write(f"\nswitch8 lab up in {report.seconds:.0f}s; {_available_gib():.1f} GiB available\n")
+    sys.stderr.write(f"\nswitch8 lab up in {report.seconds:.0f}s; {available_gib():.1f} GiB available\n")
     s = _two_tp4_site(lab, tmp_path_factory.mktemp("twotp4"))
     try:
         ok(s.run("validate"), "validate (two TP4 groups and the router)")
@@ -123,7 +110,7 @@ def site(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GroupsS
         for g in load_inventory(s.inventory).groups:
             shutil.rmtree(events.supervisor_dir(rgroups.view_name(load_inventory(s.inventory), g)),
                           ignore_errors=True)
-        control.up(lab.inventory, _sizes(lab, before), shape=before)
+        control.up(lab.inventory, sizes(lab, before), shape=before)
         sys.stderr.write(f"\n2 x TP4 module: {time.monotonic() - t0:.0f}s wall; lowest available memory "
                          f"on the controller {memory.stop():.1f} GiB\n")
 
@@ -168,7 +155,7 @@ def test_two_tp4_groups_serve_behind_the_router(site: GroupsSite) -> None:
     snap = json.loads(status.stdout)
     assert snap["verdict"] == "ready"
     assert {g: s["verdict"] for g, s in snap["groups"].items()} == {"a": "ready", "b": "ready"}
-    sys.stderr.write(f"\n2 x TP4 serving: {_available_gib():.1f} GiB available on the controller\n")
+    sys.stderr.write(f"\n2 x TP4 serving: {available_gib():.1f} GiB available on the controller\n")
 
     key = lab.api_key_file.read_text().strip()
     endpoint = for_cluster(load_inventory(site.inventory))

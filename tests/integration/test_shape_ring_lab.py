@@ -12,12 +12,11 @@ shape it had. In conftest's STREAMS at the end of the first stream, after the tr
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
+from support.shape_lab import json_doc, sizes
 
 if TYPE_CHECKING:
     from conftest import Lab
@@ -28,37 +27,21 @@ SHAPE = "ring"
 OPPOSITE = [("spark-0", "spark-2"), ("spark-1", "spark-3")]
 
 
-def _json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    try:
-        doc: dict[str, Any] = json.loads(proc.stdout)
-    except ValueError as exc:
-        raise AssertionError(f"no JSON on stdout (exit {proc.returncode}): {proc.stdout[-2000:]}\n"
-                             f"{proc.stderr[-2000:]}") from exc
-    return doc
-
-
-def _sizes(lab: Lab, shape: str) -> dict[str, int] | None:
-    from sparkctl_lab import topology
-
-    nodes = topology.node_names(topology.get_shape(shape))
-    return dict.fromkeys(nodes, lab.nvme_gib) if lab.nvme_gib else None
-
-
 @pytest.fixture(scope="module")
 def ring(lab: Lab) -> Iterator[Lab]:
     """The stream's lab brought up as a ring, provisioned; back to the shape it had at the end."""
     from sparkctl_lab import control
 
     before = control.recorded_shape()
-    report = control.up(lab.inventory, _sizes(lab, SHAPE), shape=SHAPE)
+    report = control.up(lab.inventory, sizes(lab, SHAPE), shape=SHAPE)
     assert report.shape == SHAPE
     try:
         proc = lab.run_sparkctl("provision", json_out=True, timeout=900)
-        doc = _json(proc)
+        doc = json_doc(proc)
         assert proc.returncode == 0, (doc.get("failures"), proc.stderr[-3000:])
         yield lab
     finally:
-        control.up(lab.inventory, _sizes(lab, before), shape=before)
+        control.up(lab.inventory, sizes(lab, before), shape=before)
 
 
 def test_the_patch_panel_cables_neighbours_only(ring: Lab) -> None:
@@ -80,7 +63,7 @@ def test_check_fabric_proves_neighbours_and_names_the_missing_opposite_paths(rin
     from sparkctl_lab import topology
 
     proc = ring.run_sparkctl("check", "fabric", json_out=True, timeout=300)
-    doc = _json(proc)
+    doc = json_doc(proc)
     assert proc.returncode == 0, doc["problems"]
     nodes = ring.nodes
     neighbours = {(a, b) for a in nodes for b in topology.neighbours(a)}

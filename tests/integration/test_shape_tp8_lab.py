@@ -14,15 +14,13 @@ TP8, no host table) and logs SG17's RoCE markers, which the profile's gates requ
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
+from support.shape_lab import available_gib, json_doc, ok, sizes
 
 if TYPE_CHECKING:
     from conftest import Lab
@@ -33,48 +31,20 @@ SHAPE = "switch8"
 TP = 8
 
 
-def _ok(proc: subprocess.CompletedProcess[str], what: str) -> None:
-    tail = f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    assert proc.returncode == 0, f"{what} exited {proc.returncode}\n{tail}"
-
-
-def _json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    try:
-        doc: dict[str, Any] = json.loads(proc.stdout)
-    except ValueError as exc:
-        raise AssertionError(f"no JSON on stdout (exit {proc.returncode}): {proc.stdout[-2000:]}\n"
-                             f"{proc.stderr[-2000:]}") from exc
-    return doc
-
-
-def _sizes(lab: Lab, shape: str) -> dict[str, int] | None:
-    from sparkctl_lab import topology
-
-    nodes = topology.node_names(topology.get_shape(shape))
-    return dict.fromkeys(nodes, lab.nvme_gib) if lab.nvme_gib else None
-
-
-def _available_gib() -> float:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) / 2**20
-    raise AssertionError("no MemAvailable in /proc/meminfo")
-
-
 @pytest.fixture(scope="module")
 def eight(lab: Lab) -> Iterator[Lab]:
     """The stream's lab brought up with eight nodes on the switch; back to the shape it had at the end."""
     from sparkctl_lab import control, topology
 
     before = control.recorded_shape()
-    report = control.up(lab.inventory, _sizes(lab, SHAPE), shape=SHAPE)
+    report = control.up(lab.inventory, sizes(lab, SHAPE), shape=SHAPE)
     assert report.shape == SHAPE and len(topology.node_names()) == TP
-    sys.stderr.write(f"\nswitch8 lab up in {report.seconds:.0f}s; {_available_gib():.1f} GiB available\n")
+    sys.stderr.write(f"\nswitch8 lab up in {report.seconds:.0f}s; {available_gib():.1f} GiB available\n")
     try:
         yield lab
     finally:
         lab.run_sparkctl("down")
-        control.up(lab.inventory, _sizes(lab, before), shape=before)
+        control.up(lab.inventory, sizes(lab, before), shape=before)
 
 
 def test_eight_nodes_serve_one_tp8_group(eight: Lab) -> None:
@@ -84,14 +54,14 @@ def test_eight_nodes_serve_one_tp8_group(eight: Lab) -> None:
         packed = eight.ssh(node, "ls /mnt/nvme/engram-tp8 2>/dev/null | grep -c '\\.bin$' || true").stdout
         assert packed.strip() in ("", "0"), f"{node}: {packed}"
     up = eight.run_sparkctl("up", "--yes", json_out=True, timeout=900)
-    _ok(up, "up")
-    assert _json(up)["result"] == "ready"
+    ok(up, "up")
+    assert json_doc(up)["result"] == "ready"
     status = eight.run_sparkctl("status", json_out=True)
-    _ok(status, "status")
-    snap = _json(status)
+    ok(status, "status")
+    snap = json_doc(status)
     assert snap["verdict"] == "ready" and snap["reasons"] == []
     assert [n["unit"]["active"] for n in snap["nodes"]] == ["active"] * TP
     argv = eight.ssh("spark-7", "pgrep -af 'sglang serve' || true").stdout
     assert re.search(r"--tp-size[= ]8\b", argv) and re.search(r"--node-rank[= ]7\b", argv), argv
-    sys.stderr.write(f"\nTP8 serving: {_available_gib():.1f} GiB available on the controller\n")
-    _ok(eight.run_sparkctl("down"), "down")
+    sys.stderr.write(f"\nTP8 serving: {available_gib():.1f} GiB available on the controller\n")
+    ok(eight.run_sparkctl("down"), "down")

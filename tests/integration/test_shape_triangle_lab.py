@@ -10,14 +10,13 @@ In conftest's STREAMS at the end of the first stream (the ring after it).
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
+from support.shape_lab import json_doc, ok, sizes
 
 if TYPE_CHECKING:
     from conftest import Lab
@@ -28,46 +27,25 @@ SHAPE = "triangle"
 TP = 3
 
 
-def _ok(proc: subprocess.CompletedProcess[str], what: str) -> None:
-    tail = f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    assert proc.returncode == 0, f"{what} exited {proc.returncode}\n{tail}"
-
-
-def _json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    try:
-        doc: dict[str, Any] = json.loads(proc.stdout)
-    except ValueError as exc:
-        raise AssertionError(f"no JSON on stdout (exit {proc.returncode}): {proc.stdout[-2000:]}\n"
-                             f"{proc.stderr[-2000:]}") from exc
-    return doc
-
-
-def _sizes(lab: Lab, shape: str) -> dict[str, int] | None:
-    from sparkctl_lab import topology
-
-    nodes = topology.node_names(topology.get_shape(shape))
-    return dict.fromkeys(nodes, lab.nvme_gib) if lab.nvme_gib else None
-
-
 @pytest.fixture(scope="module")
 def triangle(lab: Lab) -> Iterator[Lab]:
     """The stream's lab brought up as a triangle; back to the shape it had at the end."""
     from sparkctl_lab import control, topology
 
     before = control.recorded_shape()
-    report = control.up(lab.inventory, _sizes(lab, SHAPE), shape=SHAPE)
+    report = control.up(lab.inventory, sizes(lab, SHAPE), shape=SHAPE)
     assert report.shape == SHAPE and topology.node_names() == ["spark-0", "spark-1", "spark-2"]
     try:
         yield lab
     finally:
         lab.run_sparkctl("down")
-        control.up(lab.inventory, _sizes(lab, before), shape=before)
+        control.up(lab.inventory, sizes(lab, before), shape=before)
 
 
 @pytest.fixture(scope="module")
 def provisioned(triangle: Lab) -> Lab:
     proc = triangle.run_sparkctl("provision", json_out=True, timeout=900)
-    doc = _json(proc)
+    doc = json_doc(proc)
     assert proc.returncode == 0, (doc.get("failures"), proc.stderr[-3000:])
     assert set(doc["hosts"]) >= set(triangle.nodes)
     return triangle
@@ -89,7 +67,7 @@ def test_check_fabric_passes_on_all_three_cables(provisioned: Lab) -> None:
     from sparkctl_lab import topology
 
     proc = provisioned.run_sparkctl("check", "fabric", json_out=True, timeout=300)
-    doc = _json(proc)
+    doc = json_doc(proc)
     assert proc.returncode == 0, doc["problems"]
     assert doc["absent"] == []
     pairs = {(p["src"], p["dst"]): p for p in doc["pairs"]}
@@ -113,7 +91,7 @@ def test_a_cut_cable_fails_exactly_its_two_nodes(provisioned: Lab) -> None:
     (a, key), (b, _) = sh.cables[0].ends
     with provisioned.link_down(a, half=key):
         proc = provisioned.run_sparkctl("check", "fabric", json_out=True, timeout=300)
-    doc = _json(proc)
+    doc = json_doc(proc)
     assert proc.returncode != 0
     failing = {(p["src"], p["dst"]) for p in doc["pairs"] if not p["ok"]}
     assert failing == {(a, b), (b, a)}, doc["problems"]
@@ -121,29 +99,29 @@ def test_a_cut_cable_fails_exactly_its_two_nodes(provisioned: Lab) -> None:
 
 def test_stage_all_packs_tp3_shards(provisioned: Lab) -> None:
     proc = provisioned.run_sparkctl("stage", "all", json_out=True, timeout=1800)
-    _ok(proc, "stage all")
+    ok(proc, "stage all")
     for rank, node in enumerate(provisioned.nodes):
         listing = provisioned.ssh(node, "ls /mnt/nvme/engram-tp3").stdout.split()
         assert f"manifest-r{rank}of{TP}.json" in listing, listing
         assert {f"engram-l{layer}-r{rank}of{TP}.bin" for layer in (1, 14)} <= set(listing), listing
         assert not [f for f in listing if "of4" in f], listing
     verify = provisioned.run_sparkctl("stage", "engram", "--verify-only", json_out=True, timeout=900)
-    _ok(verify, "stage engram --verify-only")
+    ok(verify, "stage engram --verify-only")
 
 
 def test_up_status_and_qualify_quick_serve_tp3(provisioned: Lab, tmp_path: Path) -> None:
     up = provisioned.run_sparkctl("up", "--yes", json_out=True, timeout=900)
-    _ok(up, "up")
-    assert _json(up)["result"] == "ready"
+    ok(up, "up")
+    assert json_doc(up)["result"] == "ready"
     status = provisioned.run_sparkctl("status", json_out=True)
-    _ok(status, "status")
-    snap = _json(status)
+    ok(status, "status")
+    snap = json_doc(status)
     assert snap["verdict"] == "ready" and snap["reasons"] == []
     assert [n["unit"]["active"] for n in snap["nodes"]] == ["active"] * TP
     qualify = provisioned.run_sparkctl("qualify", "--suite", "quick", "--results", str(tmp_path),
                                        json_out=True, timeout=900)
-    _ok(qualify, "qualify --suite quick")
+    ok(qualify, "qualify --suite quick")
     # Rank 2's own launch: TP3, its own node rank.
     argv = provisioned.ssh("spark-2", "pgrep -af 'sglang serve' || true").stdout
     assert re.search(r"--tp-size[= ]3\b", argv) and re.search(r"--node-rank[= ]2\b", argv), argv
-    _ok(provisioned.run_sparkctl("down"), "down")
+    ok(provisioned.run_sparkctl("down"), "down")

@@ -52,3 +52,26 @@ def run_module(role: str, name: str, args: dict[str, Any], check: bool = False,
     assert sep, proc.stdout + proc.stderr
     res: dict[str, Any] = json.loads(body)
     return "FAILED" in head or bool(res.get("failed")), res
+
+
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+
+
+def run_role_playbook(role: str, playbook: Path) -> subprocess.CompletedProcess[str]:
+    """``ansible-playbook playbook`` on localhost with ``roles/<role>``'s modules, action plugins and
+    module_utils (plain linear, as ``run_module``); the finished process, whatever its exit."""
+    where = REPO / "roles" / role
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_LIBRARY": str(where / "library"),
+        "ANSIBLE_ACTION_PLUGINS": str(where / "action_plugins"),
+        "ANSIBLE_MODULE_UTILS": str(where / "module_utils"),
+        "ANSIBLE_VARS_ENABLED": "host_group_vars",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_LOCALHOST_WARNING": "0",
+        **LOCAL_RUN_ENV,
+    }
+    argv = [str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", str(playbook),
+            "-e", f"ansible_python_interpreter={sys.executable}"]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=REPO, timeout=180, check=False)

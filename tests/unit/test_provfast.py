@@ -5,14 +5,12 @@ anything due, or anything changed on the controller, runs the playbook."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.modrun import LOCAL_RUN_ENV
+from support.modrun import ANSIBLE_PLAYBOOK, run_role_playbook
 from support.runner import NODES
 
 from sparkctl.model import load_inventory
@@ -21,7 +19,6 @@ from sparkctl.serve import provfast
 from sparkctl.ssh.fleet import HostResult
 
 REPO = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 SWITCH = "crs812"
 
 
@@ -313,36 +310,7 @@ def test_the_action_plugin_reports_what_the_node_got(tmp_path: Path) -> None:
             ]
         )
     )
-    role = REPO / "roles" / "spark_applied"
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_LIBRARY": str(role / "library"),
-        "ANSIBLE_ACTION_PLUGINS": str(role / "action_plugins"),
-        "ANSIBLE_MODULE_UTILS": str(role / "module_utils"),
-        "ANSIBLE_VARS_ENABLED": "host_group_vars",
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_LOCALHOST_WARNING": "0",
-        **LOCAL_RUN_ENV,
-    }
-    proc = subprocess.run(
-        [
-            str(ANSIBLE_PLAYBOOK),
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            str(playbook),
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=180,
-        check=False,
-    )
+    proc = run_role_playbook("spark_applied", playbook)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     inputs, specs = json.loads((tmp_path / "out.json").read_text())
     assert specs == {

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.fabric_answers import fabric_answers
 from support.runner import FakeRunner
 
 from sparkctl.ansible import results, runner
 from sparkctl.errors import EXIT_FAILED, EXIT_OK
 from sparkctl.model import load_inventory
-from sparkctl.render import fabric
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "inventory" / "examples"
 
@@ -28,19 +28,8 @@ def _site(tmp_path: Path, shape: str) -> Path:
 
 def _probes(inv: Path, failing: frozenset[tuple[str, str]] = frozenset()) -> dict[str, Any]:
     """Each node's probe answering the pings the role hands it (sparkctl_cluster.fabric_check)."""
-    cluster = load_inventory(inv)
-    out: dict[str, Any] = {}
-    for node in cluster.nodes:
-        ports = [{"netdev": str(p.netdev), "present": True, "state": "UP", "carrier": True, "mtu": 9000,
-                  "addresses": [str(p.address)], "speed_mbps": 200000, "rdma": False, "gid_index": None,
-                  "gid_error": "no RDMA device"} for p in node.fabric_ports]
-        pings = []
-        for job in fabric.check_matrix(cluster)["pings"][node.name]:
-            ok = (node.name, job["peer"]) not in failing
-            pings.append({**job, "ok": ok, "kind": "ok" if ok else "unreachable",
-                          "detail": "5/5 replies" if ok else "0/15 replies, and 0/2 small pings"})
-        out[node.name] = {"ports": ports, "pings": pings, "rdma": False}
-    return out
+    return fabric_answers(load_inventory(inv), failing, kind="unreachable",
+                          detail="0/15 replies, and 0/2 small pings")
 
 
 def _fake(monkeypatch: pytest.MonkeyPatch, inv: Path, reported: dict[str, Any]) -> FakeRunner:

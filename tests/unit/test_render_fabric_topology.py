@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from support.fabric_answers import fabric_answers
 from support.pair_site import make_switchless_pair
 
 from sparkctl.errors import InputError
@@ -343,18 +344,7 @@ def test_a_node_off_the_switch_subnets_has_no_direct_path_and_that_is_a_problem(
 def _answers(cluster: Any, failing: set[tuple[str, str]] = frozenset()) -> dict[str, Any]:  # type: ignore[assignment]
     """Every node's probe answering the rendered matrix: links up at MTU 9000, pings ok except
     ``failing`` (src, peer), which the probe classes as MTU-broken."""
-    out: dict[str, Any] = {}
-    for node in cluster.nodes:
-        ports = [{"netdev": str(p.netdev), "present": True, "state": "UP", "carrier": True, "mtu": 9000,
-                  "addresses": [str(p.address)], "speed_mbps": 200000, "rdma": False, "gid_index": None,
-                  "gid_error": "no RDMA device"} for p in node.fabric_ports]
-        pings = []
-        for job in fabric.check_matrix(cluster)["pings"][node.name]:
-            ok = (node.name, job["peer"]) not in failing
-            pings.append({**job, "ok": ok, "kind": "ok" if ok else "mtu",
-                          "detail": "5/5 replies" if ok else "0/15 replies, small pings 2/2"})
-        out[node.name] = {"ports": ports, "pings": pings, "rdma": False}
-    return out
+    return fabric_answers(cluster, failing)
 
 
 def test_ring_verdict_passes_with_the_opposite_pairs_expected_absent() -> None:

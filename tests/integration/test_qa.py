@@ -188,40 +188,44 @@ def test_no_node_reads_its_gpu_for_bench_inside_a_timed_window(serving: Lab, tmp
     assert inside == [], f"{len(inside)} GPU reading(s) inside a timed window"
 
 
-def test_bench_refuses_a_busy_server_on_the_lab(serving: Lab, tmp_path: Path) -> None:
-    import threading
-
+@contextlib.contextmanager
+def _someone_else(serving: Lab) -> Iterator[None]:
+    """Someone else's long streamed request running on rank 0 while the block runs: its first chunk
+    read (it holds a slot: the server counts it running), then closed, which ends it on the server (a
+    streamed request whose client went away is dropped at its next chunk), and rank 0 idle again
+    before the block's caller goes on (the tests after it measure)."""
     from sparkctl.model import load_inventory
     from sparkctl.render.rank import served_model_name
 
     cluster = load_inventory(serving.inventory)
     key = serving.api_key_file.read_text().strip()
-    body = {"model": served_model_name(cluster), "max_tokens": 4000, "ignore_eos": True,
+    body = {"model": served_model_name(cluster), "max_tokens": 4000, "ignore_eos": True, "stream": True,
             "messages": [{"role": "user", "content": "Write at length."}]}
     url = f"http://{cluster.head.mgmt_ip}:{cluster.ports.api}"
+    with httpx.Client(timeout=120, headers={"Authorization": f"Bearer {key}"}) as http:
+        with http.stream("POST", f"{url}/v1/chat/completions", json=body) as reply:
+            assert reply.status_code == 200, reply.read()[:500]
+            next(reply.iter_raw())  # the first chunk: the request is running
+            yield
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            loads = http.get(f"{url}/v1/loads").json()["loads"]
+            if sum(e["num_running_reqs"] + e["num_waiting_reqs"] for e in loads) == 0:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"rank 0 still busy 60 s after the request was closed: {loads}")
 
-    def someone_else() -> None:
-        with contextlib.suppress(httpx.HTTPError):
-            httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300,
-                       headers={"Authorization": f"Bearer {key}"})
 
-    other = threading.Thread(target=someone_else, daemon=True)
-    other.start()
-    time.sleep(1.0)
-    proc = serving.run_sparkctl("bench", "--quick", "--concurrency", "1", "--workload", "coding",
-                                "--prefill", "none", "--results", str(tmp_path), json_out=True)
+def test_bench_refuses_a_busy_server_on_the_lab(serving: Lab, tmp_path: Path) -> None:
+    with _someone_else(serving):
+        proc = serving.run_sparkctl("bench", "--quick", "--concurrency", "1", "--workload", "coding",
+                                    "--prefill", "none", "--results", str(tmp_path), json_out=True)
     assert proc.returncode == 1, proc.stdout[-2000:]
     error = json.loads(proc.stdout)["error"]
     assert "rank 0 is busy before the coding suite: 1 running" in error["message"]
-    other.join(timeout=300)
 
 
 def test_qualify_checks_idle_and_refuses_a_busy_server_on_the_lab(serving: Lab, tmp_path: Path) -> None:
-    import threading
-
-    from sparkctl.model import load_inventory
-    from sparkctl.render.rank import served_model_name
-
     proc = serving.run_sparkctl("qualify", "--suite", "quick", "--results", str(tmp_path), json_out=True)
     assert proc.returncode == 0, proc.stdout[-2000:]
     doc = json.loads(proc.stdout)
@@ -229,27 +233,13 @@ def test_qualify_checks_idle_and_refuses_a_busy_server_on_the_lab(serving: Lab, 
         ("before the qualify suite", 0, 0), ("after the qualify suite", 0, 0)]
     assert doc["busy_after"] is None
 
-    cluster = load_inventory(serving.inventory)
-    key = serving.api_key_file.read_text().strip()
-    body = {"model": served_model_name(cluster), "max_tokens": 4000, "ignore_eos": True,
-            "messages": [{"role": "user", "content": "Write at length."}]}
-    url = f"http://{cluster.head.mgmt_ip}:{cluster.ports.api}"
-
-    def someone_else() -> None:
-        with contextlib.suppress(httpx.HTTPError):
-            httpx.post(f"{url}/v1/chat/completions", json=body, timeout=300,
-                       headers={"Authorization": f"Bearer {key}"})
-
-    other = threading.Thread(target=someone_else, daemon=True)
-    other.start()
-    time.sleep(1.0)
     refused = tmp_path / "refused"
-    proc = serving.run_sparkctl("qualify", "--suite", "quick", "--results", str(refused), json_out=True)
+    with _someone_else(serving):
+        proc = serving.run_sparkctl("qualify", "--suite", "quick", "--results", str(refused), json_out=True)
     assert proc.returncode == 1, proc.stdout[-2000:]
     error = json.loads(proc.stdout)["error"]
     assert "rank 0 is busy before the qualify suite: 1 running" in error["message"]
     assert not list(refused.glob("qualify-*"))  # nothing measured, nothing kept
-    other.join(timeout=300)
 
 
 # --------------------------------------------------------------------------------- R4's protocols

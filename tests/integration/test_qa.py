@@ -205,8 +205,14 @@ def _someone_else(serving: Lab) -> Iterator[None]:
     with httpx.Client(timeout=120, headers={"Authorization": f"Bearer {key}"}) as http:
         with http.stream("POST", f"{url}/v1/chat/completions", json=body) as reply:
             assert reply.status_code == 200, reply.read()[:500]
-            next(reply.iter_raw())  # the first chunk: the request is running
+            # The first chunk: the request is running. The iterator is kept until the block ends
+            # (dropped, it would close the response, and the server would end the request at once).
+            chunks = reply.iter_raw()
+            first = next(chunks)
+            loads = http.get(f"{url}/v1/loads").json()
+            assert loads["num_running_reqs"] == 1, (first[:300], loads)
             yield
+            del chunks
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             loads = http.get(f"{url}/v1/loads").json()["loads"]

@@ -64,7 +64,7 @@ def test_plain_pytest_collects_everything_and_deselects_the_lab() -> None:
 
 
 def test_the_side_jobs_run_in_a_niced_session_of_their_own() -> None:
-    """`make test` runs lint and the unit/CLI tests through $(BESIDE): a session of their own whose
+    """`make test` runs lint beside the lab tests through $(BESIDE): a session of its own whose
     autogroup is niced to SIDE_NICE (a plain nice ranks a task only within its session), the
     command's failure passing through to make."""
     probe = 'beside-probe: ; @$(BESIDE) sh -c "cat /proc/self/autogroup 2>/dev/null; nice; exit 3"'
@@ -79,6 +79,46 @@ def test_the_side_jobs_run_in_a_niced_session_of_their_own() -> None:
     if Path("/proc/self/autogroup").exists():  # kernels with autogroup scheduling
         assert proc.stdout.startswith("/autogroup-") and f"nice {side_nice}" in proc.stdout, proc.stdout
         assert Path("/proc/self/autogroup").read_text().split()[0] not in proc.stdout  # not ours
+
+
+def test_make_test_runs_the_unit_tests_alone_before_the_lab_tests(tmp_path: Path) -> None:
+    """Beside the lab tests (both cores busy) a unit test bound to a few seconds failed now and then,
+    a different one each run: `make test` runs them alone, after the wall-clock tests and before the
+    lab build and the lab tests, at the caller's niceness; only lint runs beside the lab tests. The
+    Makefile runs with every phase's target replaced by one that logs it (and a stand-in sparkctl)."""
+    log = tmp_path / "phases.log"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sparkctl").write_text(f"#!/bin/sh\necho lab-build >> {log}\n")
+    (bin_dir / "sparkctl").chmod(0o755)
+    stubs = "".join(
+        f"\n{name}:\n\t@echo \"{name} $$(nice)\" >> {log}; sleep 0.2; echo \"{name}-end\" >> {log}\n"
+        for name in ("venv", "sglang", "apt", "timing", "unit", "lint", "integration"))
+    makefile = tmp_path / "Makefile"
+    makefile.write_text((REPO / "Makefile").read_text() + stubs)
+    for given in ("pyproject.toml", "setup.py", "constraints.txt", "constraints-sglang.txt",
+                  "collections/requirements.yml"):  # the installs' inputs, then their stamps: up to date
+        (tmp_path / given).parent.mkdir(exist_ok=True)
+        (tmp_path / given).touch()
+        os.utime(tmp_path / given, (1, 1))
+    for done in ("venv/.installed", "sglang/.installed"):
+        (tmp_path / done).parent.mkdir()
+        (tmp_path / done).touch()
+    proc = subprocess.run(["make", "--no-print-directory", "-f", str(makefile), "test", f"BIN={bin_dir}",
+                           f"STAMP={tmp_path / 'venv/.installed'}", f"SGL_VENV={tmp_path / 'sglang'}"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    entries = log.read_text().split("\n")
+    order = [e.split()[0] for e in entries if e and not e.endswith("-end")]
+    at = {name: entries.index(next(e for e in entries if e.startswith(name + " ") or e == name))
+          for name in ("timing", "unit", "integration", "lint")}
+    ends = {name: entries.index(name + "-end") for name in ("timing", "unit")}
+    assert ends["timing"] < at["unit"], order
+    assert ends["unit"] < at["integration"] and ends["unit"] < at["lint"], order
+    if os.getuid() == 0:
+        assert ends["unit"] < entries.index("lab-build") < at["integration"], order
+    unit_nice = next(e for e in entries if e.startswith("unit ")).split()[1]
+    assert unit_nice == str(os.nice(0)), entries  # not in the niced session of the side jobs
 
 
 def test_the_makefile_runs_one_lab_per_stream() -> None:

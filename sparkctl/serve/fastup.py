@@ -3,7 +3,8 @@
 `up` normally runs playbooks/up.yml (preflight, the kit and image checks, install the rank files,
 start in order): two Ansible plays and ~30 s before the first unit starts. When every node already
 holds exactly what that playbook would leave there, the same start can be made in one SSH round per
-wave. One check round per node (:func:`check`) compares, against what sparkctl renders now:
+wave. One check per node (:func:`check`; `up` runs it in the same SSH round as the preflight probe,
+right after it: ``serve.up.Up.preflight_and_check``) compares, against what sparkctl renders now:
 
 * the rank unit, environment file, secrets config and the kit's rendered files — keyed digests
   (``probe.HASH_KEY``, HMAC-SHA256: the secrets config is compared without its value leaving the
@@ -221,20 +222,35 @@ def kit_product_reasons(doc: Mapping[str, Any], answers: Mapping[str, Mapping[st
     return list(kitbuild.product_reasons(kits))
 
 
+# Seconds the check may take on a node (it reads every kit file and asks docker for the image).
+CHECK_TIMEOUT_S = 120.0
+
+
 def check(cluster: Cluster, doc: Mapping[str, Any], fleet: FleetLike, kit: KitReference | str | None,
-          timeout: float = 120.0) -> FastCheck:
+          timeout: float = CHECK_TIMEOUT_S) -> FastCheck:
     """One check round on every node; ``kit`` is the configured kit's reference, None without a
     kit, or a string saying why its reference could not be had (then the playbook runs)."""
     t0 = time.monotonic()
-    ref = kit if isinstance(kit, KitReference) else None
-    scripts = {str(e["name"]): check_script(check_params(cluster, e, ref)) for e in doc["nodes"]}
+    scripts = check_scripts(cluster, doc, kit)
     results = fleet.run(scripts, timeout=timeout, only=list(scripts))
+    return verdict(cluster, doc, results, kit, time.monotonic() - t0)
+
+
+def check_scripts(cluster: Cluster, doc: Mapping[str, Any], kit: KitReference | str | None) -> dict[str, str]:
+    """The check's script for every node, by node name (``kit`` as for :func:`check`)."""
+    ref = kit if isinstance(kit, KitReference) else None
+    return {str(e["name"]): check_script(check_params(cluster, e, ref)) for e in doc["nodes"]}
+
+
+def verdict(cluster: Cluster, doc: Mapping[str, Any], results: Mapping[str, Any],
+            kit: KitReference | str | None, seconds: float) -> FastCheck:
+    """The fast path's verdict from each node's check round (``HostResult`` by node name), which
+    took ``seconds``."""
     answers = ship.answers(results, "upcheck")
     reasons = [f"kit: {kit}"] if isinstance(kit, str) else []
     reasons += judge(cluster, doc, answers, kit_needed=kit is not None)
-    out = FastCheck(reasons, time.monotonic() - t0,
-                    {n: dict(a) if isinstance(a, Mapping) else {"error": a} for n, a in answers.items()})
-    return out
+    return FastCheck(reasons, seconds,
+                     {n: dict(a) if isinstance(a, Mapping) else {"error": a} for n, a in answers.items()})
 
 
 # --- the start -----------------------------------------------------------------------------------
@@ -301,5 +317,5 @@ def start(cluster: Cluster, doc: Mapping[str, Any], fleet: FleetLike, on_wave: A
     return took
 
 
-__all__ = ["FastCheck", "KitReference", "check", "check_script", "expected_digests", "installed_files",
-           "judge", "start", "start_script"]
+__all__ = ["FastCheck", "KitReference", "check", "check_script", "check_scripts", "expected_digests",
+           "installed_files", "judge", "start", "start_script", "verdict"]

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from sparkctl.model import Cluster
 
 GIB = 1024**3
+# Seconds the preflight probe may take on a node (it drops the page cache, reads docker and systemd).
+TIMEOUT_S = 60.0
 
 
 # --- preflight ----------------------------------------------------------------------------------
@@ -127,7 +129,7 @@ def required_image(cluster: Cluster, env: Mapping[str, str] | None) -> tuple[boo
 
 
 def preflight(cluster: Cluster, doc: Mapping[str, Any], fleet: FleetLike, force: bool = False,
-              timeout: float = 60.0) -> tuple[list[Check], dict[str, NodeFacts]]:
+              timeout: float = TIMEOUT_S) -> tuple[list[Check], dict[str, NodeFacts]]:
     facts = collect(cluster, doc, fleet, "preflight", timeout=timeout)
     return preflight_checks(cluster, facts, force), facts
 

@@ -205,6 +205,13 @@ def collect(cluster: Cluster, doc: Mapping[str, Any], fleet: FleetLike, mode: st
             timeout: float = 15.0, only: Iterable[str] | None = None,
             extra: Mapping[str, Any] | None = None) -> dict[str, NodeFacts]:
     """Run the probe in ``mode`` on every node (or ``only`` some) at once; parse what came back."""
+    scripts = probe_scripts(cluster, doc, mode, only, extra)
+    return parse_facts(doc, fleet.run(scripts, timeout=timeout, only=list(scripts)))
+
+
+def probe_scripts(cluster: Cluster, doc: Mapping[str, Any], mode: str, only: Iterable[str] | None = None,
+                  extra: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The probe's script in ``mode`` for every node (or ``only`` some), by node name."""
     entries = {e["name"]: e for e in doc["nodes"]}
     names = list(only) if only is not None else [e["name"] for e in doc["nodes"]]
     scripts = {}
@@ -212,11 +219,15 @@ def collect(cluster: Cluster, doc: Mapping[str, Any], fleet: FleetLike, mode: st
         params = probe_params(cluster, entries[n], mode)
         params.update(extra or {})
         scripts[n] = probe_script(params)
-    results = fleet.run(scripts, timeout=timeout, only=names)
+    return scripts
+
+
+def parse_facts(doc: Mapping[str, Any], results: Mapping[str, HostResult]) -> dict[str, NodeFacts]:
+    """Each node's facts from its probe round's result (its answer's last line), or why there are none."""
+    ranks = {e["name"]: int(e["rank"]) for e in doc["nodes"]}
     out: dict[str, NodeFacts] = {}
-    for n in names:
-        res = results[n]
-        rank = int(entries[n]["rank"])
+    for n, res in results.items():
+        rank = ranks[n]
         if not res.reachable:
             out[n] = NodeFacts(n, rank, False, res.error)
             continue
@@ -228,5 +239,3 @@ def collect(cluster: Cluster, doc: Mapping[str, Any], fleet: FleetLike, mode: st
             continue
         out[n] = NodeFacts(n, rank, True, None, data)
     return out
-
-

@@ -30,6 +30,7 @@ from sparkctl.serve.guard import MemoryGuard, abort_ranks
 from sparkctl.serve.probe import FleetLike
 from sparkctl.serve.supervisor import RUNNING
 from sparkctl.serve.tools import FAIL, OK, Output, Tools, api_key
+from sparkctl.ssh.fleet import joined_script, split_results
 
 if TYPE_CHECKING:
     import httpx
@@ -114,7 +115,7 @@ class Up:
                 if not stop.ok:
                     raise stop.error("could not stop the running ranks")
 
-            checks, _facts = preflight.preflight(cluster, doc, fleet, self.force)
+            checks, fast = self.preflight_and_check(fleet)
             failed = [c for c in checks if not c.ok]
             if self.verbose:
                 out.preflight(checks)
@@ -136,9 +137,8 @@ class Up:
                     details=[line(c) for c in failed], nodes=dark,
                 )
             out.say(f"preflight: {len(checks)} checks passed on {len(cluster.nodes)} nodes", OK)
-            self._marks["preflight_s"] = round(time.monotonic() - started, 3)
-            fast = self.fast_check(fleet)
-            self._marks["check_s"] = round(time.monotonic() - started, 3)
+            self._marks["preflight_s"] = self._marks["check_s"] = round(time.monotonic() - started, 3)
+            self.say_path(fast)
             return self._start(fleet, http, fast, started)
         finally:
             fleet.close()
@@ -225,19 +225,34 @@ class Up:
             raise SparkctlError("the running ranks were left as they were; nothing was changed",
                                 exit_code=EXIT_FAILED)
 
-    def fast_check(self, fleet: FleetLike) -> fastup.FastCheck:
-        """Whether the installed units can start without the playbook; says which path runs and why."""
-        cluster = self.cluster
-        fast = (fastup.FastCheck(["--full"]) if self.full
-                else fastup.check(cluster, self.doc, fleet, self.tools.kit_reference(cluster)))
+    def preflight_and_check(self, fleet: FleetLike) -> tuple[list[preflight.Check], fastup.FastCheck]:
+        """Preflight on every node and, unless ``full``, the fast path's check of what is installed:
+        one SSH round per node (``ssh.fleet.joined_script``), the check right after the preflight
+        probe on each node, as two rounds would have run them."""
+        cluster, doc = self.cluster, self.doc
+        t0 = time.monotonic()
+        probes = probe.probe_scripts(cluster, doc, "preflight")
+        if self.full:
+            results = fleet.run(probes, timeout=preflight.TIMEOUT_S, only=list(probes))
+            return (preflight.preflight_checks(cluster, probe.parse_facts(doc, results), self.force),
+                    fastup.FastCheck(["--full"]))
+        kit = self.tools.kit_reference(cluster)
+        checks = fastup.check_scripts(cluster, doc, kit)
+        joined = {n: joined_script(probes[n], checks[n]) for n in probes}
+        both = fleet.run(joined, timeout=preflight.TIMEOUT_S + fastup.CHECK_TIMEOUT_S, only=list(joined))
+        pre, chk = split_results(both, 2)
+        fast = fastup.verdict(cluster, doc, chk, kit, time.monotonic() - t0)
+        return preflight.preflight_checks(cluster, probe.parse_facts(doc, pre), self.force), fast
+
+    def say_path(self, fast: fastup.FastCheck) -> None:
+        """Which path starts the units, and why."""
         if fast.ok:
-            self.out.say(f"nothing to install on {len(cluster.nodes)} nodes (unit, environment, secrets and "
-                         f"kit files, kit, image checked in {fast.seconds:.1f} s): starting over SSH without "
-                         "the playbook", OK)
-            return fast
+            self.out.say(f"nothing to install on {len(self.cluster.nodes)} nodes (unit, environment, secrets "
+                         f"and kit files, kit, image checked in {fast.seconds:.1f} s, with the preflight): "
+                         "starting over SSH without the playbook", OK)
+            return
         for line in fast.playbook_lines("playbooks/up.yml"):
             self.out.say(line)
-        return fast
 
     def start_and_watch(self, fleet: FleetLike, http: httpx.Client, fast: fastup.FastCheck | None = None,
                         timeline: dict[str, float] | None = None,

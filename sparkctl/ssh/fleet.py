@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTH_TIMEOUT_S", "BANNER_TIMEOUT_S", "CONNECT_TIMEOUT_S", "Fleet", "HostResult", "Sections",
-    "Target", "known_hosts_from_args", "parse_sections", "run_all", "ssh_options_from_args", "targets_for",
+    "Target", "joined_script", "known_hosts_from_args", "parse_sections", "run_all", "split_results",
+    "ssh_options_from_args", "targets_for",
 ]
 
 # The TCP connect: a node's kernel answers a SYN whatever its load, so a node that does not within
@@ -470,3 +471,49 @@ def run_all(targets: Iterable[Target], script: str | Mapping[str, str] | Callabl
     """One-shot fan-out: connect to every node in parallel, run one script each, close."""
     with Fleet(targets) as fleet:
         return fleet.run(script, timeout)
+
+
+# Ends each part of a joined script, on stdout (with the part's exit status) and on stderr.
+PART_END = "SPARKCTL-PART-END"
+
+
+def joined_script(*parts: str) -> str:
+    """Shell text running ``parts`` one after the other in one SSH round, each in a subshell of its
+    own (a part may ``exec``), each followed by a line marking its end on stdout, with its exit
+    status, and on stderr: :func:`split_results` gives each part its own result back."""
+    for part in parts:
+        if PART_END in part:
+            raise ValueError(f"a part of the script holds the end marker {PART_END}")
+    ends = f"echo {PART_END} $?\necho {PART_END} >&2\n"
+    return "".join(f"(\n{part.rstrip(chr(10))}\n)\n{ends}" for part in parts)
+
+
+def _parts(text: str, count: int) -> list[tuple[str, int | None]]:
+    """``count`` (text, exit status) pairs cut at the end markers; a part that never ended (the
+    round was cut short) has what came and no status, the parts after it nothing."""
+    out: list[tuple[str, int | None]] = []
+    lines: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith(PART_END):
+            status = line[len(PART_END):].strip()
+            out.append(("".join(lines), int(status) if status.lstrip("-").isdigit() else None))
+            lines = []
+        else:
+            lines.append(line)
+    if len(out) < count:
+        out.append(("".join(lines), None))
+    return (out + [("", None)] * count)[:count]
+
+
+def split_results(results: Mapping[str, HostResult], count: int) -> list[dict[str, HostResult]]:
+    """Each part's results of a :func:`joined_script` round of ``count`` parts, in order: its own
+    stdout, stderr and exit status; a node that was not reached (or whose round failed) gives every
+    part that same reason."""
+    out: list[dict[str, HostResult]] = [{} for _ in range(count)]
+    for name, res in results.items():
+        stdout = _parts(res.stdout, count)
+        stderr = _parts(res.stderr, count)
+        for i in range(count):
+            rc = stdout[i][1] if stdout[i][1] is not None else res.rc
+            out[i][name] = HostResult(name, rc, stdout[i][0], stderr[i][0], res.error, res.seconds)
+    return out

@@ -447,6 +447,9 @@ def test_up_with_nothing_to_install_starts_over_ssh_workers_first(run_cli: Any, 
     assert not any(API_KEY in text for text in site.nodes.sent)
     modes = [m for _, m in site.nodes.calls]
     assert modes.index("preflight") < modes.index("upcheck") < modes.index("start")
+    # the preflight probe and the check in one SSH round per node, the check after the probe
+    assert site.nodes.joined == [["preflight", "upcheck"]]
+    assert site.nodes.rounds["preflight"] == site.nodes.rounds["upcheck"] == 1
 
 
 def test_a_changed_env_file_on_one_node_runs_the_playbook_and_says_why(run_cli: Any, site: Site) -> None:
@@ -465,6 +468,7 @@ def test_up_full_always_runs_the_playbook(run_cli: Any, site: Site) -> None:
     res = run_cli("-i", str(site.inventory), "--json", "up", "--full")
     assert res.code == EXIT_OK, res.err
     assert site.books() == ["up.yml"] and "upcheck" not in [m for _, m in site.nodes.calls]
+    assert site.nodes.joined == [] and site.nodes.rounds["preflight"] == 1
     assert json.loads(res.out)["start"] == {"path": "playbook", "reasons": ["--full"], "check_seconds": 0.0}
 
 

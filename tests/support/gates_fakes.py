@@ -20,7 +20,7 @@ import httpx
 from sparkctl.model import load_inventory
 from sparkctl.render import plan_document
 from sparkctl.serve import faststop
-from sparkctl.ssh.fleet import HostResult, Target
+from sparkctl.ssh.fleet import PART_END, HostResult, Target
 
 GIB = 1024**3
 API_KEY = "sk-lab-7f3a9c2e1b5d4f60a8e9"
@@ -127,6 +127,8 @@ class NodeState:
 
 
 _PARAMS = re.compile(r"main\(json\.loads\((\".*\")\)\)")
+# The parts of a script made by sparkctl.ssh.fleet.joined_script
+_JOINED = re.compile(r"\(\n(.*?)\n\)\necho " + PART_END + r" \$\?\necho " + PART_END + r" >&2\n", re.S)
 
 
 class FakeNodes:
@@ -138,11 +140,16 @@ class FakeNodes:
         self.calls: list[tuple[str, str]] = []  # (node, mode or command)
         self.sent: list[str] = []                 # every script text sent to a node
         self.rounds: dict[str, int] = {}
+        self.joined: list[list[str]] = []         # each joined round's parts (modes), in order
         self.on_round: Any = None
         self.closed = False
 
     def run(self, script: Any, timeout: float = 10.0, only: Any = None) -> dict[str, HostResult]:
         names = list(only) if only is not None else list(self.targets)
+        texts = {n: script if isinstance(script, str) else script(self.targets[n]) if callable(script)
+                 else script[n] for n in names}
+        if any(PART_END in t for t in texts.values()):
+            return self._joined(texts, timeout)
         out = {}
         mode = None
         for n in names:
@@ -161,6 +168,27 @@ class FakeNodes:
                 else script[n]
             self.sent.append(text)
             out[n] = self._answer(n, text)
+        return out
+
+    def _joined(self, texts: dict[str, str], timeout: float) -> dict[str, HostResult]:
+        """A round of ``ssh.fleet.joined_script``s: each part answered as a round of its own, in order
+        (``on_round`` sees each), the answers joined as the node's shell would print them."""
+        parts = {n: _JOINED.findall(t) for n, t in texts.items()}
+        count = len(next(iter(parts.values())))
+        first = next(iter(parts.values()))
+        self.joined.append([json.loads(json.loads(m.group(1)))["mode"] if (m := _PARAMS.search(p)) else "?"
+                            for p in first])
+        dark = [n for n in texts if not self.state[n].reachable]
+        answers = [self.run({n: parts[n][i] for n in texts if n not in dark}, timeout,
+                            [n for n in texts if n not in dark]) for i in range(count)]
+        out = {}
+        for n in texts:
+            if n in dark:
+                out[n] = self._answer(n, texts[n])
+                continue
+            got = [a[n] for a in answers]
+            out[n] = HostResult(n, got[-1].rc, "".join(f"{r.stdout}{PART_END} {r.rc}\n" for r in got),
+                                "".join(f"{r.stderr}{PART_END}\n" for r in got))
         return out
 
     def _answer(self, name: str, text: str) -> HostResult:
@@ -247,6 +275,27 @@ class GpuNodes(FakeNodes):
     def __init__(self, names: list[str], ranks: dict[str, int]):
         super().__init__(names, ranks)
         self.gpu: dict[str, dict[str, Any] | None] = dict.fromkeys(names)
+
+    def _joined(self, texts: dict[str, str], timeout: float) -> dict[str, HostResult]:
+        """A round of ``ssh.fleet.joined_script``s: each part answered as a round of its own, in order
+        (``on_round`` sees each), the answers joined as the node's shell would print them."""
+        parts = {n: _JOINED.findall(t) for n, t in texts.items()}
+        count = len(next(iter(parts.values())))
+        first = next(iter(parts.values()))
+        self.joined.append([json.loads(json.loads(m.group(1)))["mode"] if (m := _PARAMS.search(p)) else "?"
+                            for p in first])
+        dark = [n for n in texts if not self.state[n].reachable]
+        answers = [self.run({n: parts[n][i] for n in texts if n not in dark}, timeout,
+                            [n for n in texts if n not in dark]) for i in range(count)]
+        out = {}
+        for n in texts:
+            if n in dark:
+                out[n] = self._answer(n, texts[n])
+                continue
+            got = [a[n] for a in answers]
+            out[n] = HostResult(n, got[-1].rc, "".join(f"{r.stdout}{PART_END} {r.rc}\n" for r in got),
+                                "".join(f"{r.stderr}{PART_END}\n" for r in got))
+        return out
 
     def _answer(self, name: str, text: str) -> HostResult:
         res = super()._answer(name, text)

@@ -5,7 +5,8 @@ status read costs one connection and one interpreter per node. The GPU is read t
 (``pynvml``, or the module the parameters name: the lab's simulated GPU) where it loads, else
 through ``nvidia-smi``; the node exporter reads it through the same ``nvml_devices``. It only
 reads, except in the ``preflight`` mode, which drops the page cache first so MemAvailable means
-what the rank will get.
+what the rank will get (with ``keep_caches_if_running``, not where the rank unit runs: `up` reads
+its preflight beside its status snapshot, before it has stopped a serving rank).
 
 The readers it shares with the role modules live beside it (``system``, ``links``, ``rdma``,
 ``manifests``); ``sparkctl.serve.probe.probe_script`` sends their sources along in the same script.
@@ -34,6 +35,8 @@ import urllib.request
 
 from . import links, manifests, rdma, system
 
+# The rank unit's states in which a rank may be running.
+RUNNING_STATES = ("active", "activating", "deactivating", "reloading")
 UNIT_PROPS = ("ActiveState", "SubState", "MainPID", "Result", "ExecMainStatus",
               "ActiveEnterTimestampMonotonic", "InvocationID", "NRestarts")
 
@@ -379,9 +382,12 @@ def match_lines(text, patterns, records=()):
 def main(p):
     mode = p.get("mode", "status")
     out = {"mode": mode, "host": os.uname()[1], "time": time.time()}
-    if mode == "preflight":
-        out["caches_dropped"] = drop_caches()
     out["unit"] = unit_state(p["unit"])
+    if mode == "preflight":
+        # `up` reads its preflight in the same round as its status snapshot: a rank that serves
+        # keeps its page cache (its facts are not used: `up` stops it and runs the preflight again).
+        serving = p.get("keep_caches_if_running") and out["unit"].get("active") in RUNNING_STATES
+        out["caches_dropped"] = False if serving else drop_caches()
     out["mem"] = meminfo()
     if p.get("container"):
         out["container"] = container_state(p["container"])

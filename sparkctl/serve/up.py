@@ -30,12 +30,16 @@ from sparkctl.serve.guard import MemoryGuard, abort_ranks
 from sparkctl.serve.probe import FleetLike
 from sparkctl.serve.supervisor import RUNNING
 from sparkctl.serve.tools import FAIL, OK, Output, Tools, api_key
-from sparkctl.ssh.fleet import joined_script, split_results
+from sparkctl.ssh.fleet import HostResult, joined_script, split_results
 
 if TYPE_CHECKING:
     import httpx
 
     from sparkctl.model import Cluster
+
+
+# Seconds the status probe may take on a node (`status`'s own bound: verdict.snapshot).
+STATUS_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -98,7 +102,9 @@ class Up:
         fleet = self.tools.fleet(cluster)
         http = self.tools.http()
         try:
-            before = verdict.snapshot(cluster, doc, fleet, http, self.api_key)
+            first: dict[str, Any] = {}
+            before = verdict.snapshot(cluster, doc, fleet, http, self.api_key,
+                                      nodes_round=lambda: self.first_round(fleet, first))
             self._marks["snapshot_s"] = round(time.monotonic() - started, 3)
             current = all(before.nodes[e["name"]].data.get("file_digest") == probe.expected_hashes(cluster, e)
                           for e in doc["nodes"])
@@ -114,8 +120,9 @@ class Up:
                                   limit=self.limit)
                 if not stop.ok:
                     raise stop.error("could not stop the running ranks")
-
-            checks, fast = self.preflight_and_check(fleet)
+                checks, fast = self.preflight_and_check(fleet)  # again, with the ranks stopped
+            else:
+                checks, fast = self.judged(**first)
             failed = [c for c in checks if not c.ok]
             if self.verbose:
                 out.preflight(checks)
@@ -225,24 +232,51 @@ class Up:
             raise SparkctlError("the running ranks were left as they were; nothing was changed",
                                 exit_code=EXIT_FAILED)
 
+    def first_round(self, fleet: FleetLike, keep: dict[str, Any]) -> dict[str, probe.NodeFacts]:
+        """The status snapshot's read of the nodes, and in the same SSH round per node, after it, the
+        preflight probe and (unless ``full``) the fast path's check, kept in ``keep`` for
+        :meth:`judged`. A node whose rank unit runs keeps its page cache: `up` stops its rank and
+        runs the preflight and the check again (:meth:`preflight_and_check`)."""
+        cluster, doc = self.cluster, self.doc
+        t0 = time.monotonic()
+        kit = None if self.full else self.tools.kit_reference(cluster)
+        parts = [probe.probe_scripts(cluster, doc, "status"),
+                 probe.probe_scripts(cluster, doc, "preflight", extra={"keep_caches_if_running": True})]
+        if not self.full:
+            parts.append(fastup.check_scripts(cluster, doc, kit))
+        timeout = STATUS_TIMEOUT_S + preflight.TIMEOUT_S + (0 if self.full else fastup.CHECK_TIMEOUT_S)
+        results = fleet.run({n: joined_script(*(p[n] for p in parts)) for n in parts[0]},
+                            timeout=timeout, only=list(parts[0]))
+        status, pre, *chk = split_results(results, len(parts))
+        keep.update(pre=pre, chk=chk[0] if chk else None, kit=kit, seconds=time.monotonic() - t0)
+        return probe.parse_facts(doc, status)
+
     def preflight_and_check(self, fleet: FleetLike) -> tuple[list[preflight.Check], fastup.FastCheck]:
         """Preflight on every node and, unless ``full``, the fast path's check of what is installed:
         one SSH round per node (``ssh.fleet.joined_script``), the check right after the preflight
         probe on each node, as two rounds would have run them."""
         cluster, doc = self.cluster, self.doc
         t0 = time.monotonic()
-        probes = probe.probe_scripts(cluster, doc, "preflight")
-        if self.full:
-            results = fleet.run(probes, timeout=preflight.TIMEOUT_S, only=list(probes))
-            return (preflight.preflight_checks(cluster, probe.parse_facts(doc, results), self.force),
-                    fastup.FastCheck(["--full"]))
-        kit = self.tools.kit_reference(cluster)
-        checks = fastup.check_scripts(cluster, doc, kit)
-        joined = {n: joined_script(probes[n], checks[n]) for n in probes}
-        both = fleet.run(joined, timeout=preflight.TIMEOUT_S + fastup.CHECK_TIMEOUT_S, only=list(joined))
-        pre, chk = split_results(both, 2)
-        fast = fastup.verdict(cluster, doc, chk, kit, time.monotonic() - t0)
-        return preflight.preflight_checks(cluster, probe.parse_facts(doc, pre), self.force), fast
+        kit = None if self.full else self.tools.kit_reference(cluster)
+        parts = [probe.probe_scripts(cluster, doc, "preflight")]
+        if not self.full:
+            parts.append(fastup.check_scripts(cluster, doc, kit))
+        timeout = preflight.TIMEOUT_S + (0 if self.full else fastup.CHECK_TIMEOUT_S)
+        results = fleet.run({n: joined_script(*(p[n] for p in parts)) for n in parts[0]},
+                            timeout=timeout, only=list(parts[0]))
+        pre, *chk = split_results(results, len(parts))
+        return self.judged(pre, chk[0] if chk else None, kit, time.monotonic() - t0)
+
+    def judged(self, pre: dict[str, HostResult], chk: dict[str, HostResult] | None,
+               kit: fastup.KitReference | str | None, seconds: float,
+               ) -> tuple[list[preflight.Check], fastup.FastCheck]:
+        """The preflight's checks and the fast path's verdict (``--full`` without a check) from their
+        rounds' results."""
+        cluster, doc = self.cluster, self.doc
+        checks = preflight.preflight_checks(cluster, probe.parse_facts(doc, pre), self.force)
+        fast = (fastup.FastCheck(["--full"]) if chk is None
+                else fastup.verdict(cluster, doc, chk, kit, seconds))
+        return checks, fast
 
     def say_path(self, fast: fastup.FastCheck) -> None:
         """Which path starts the units, and why."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -188,12 +188,15 @@ def verdict(cluster: Cluster, nodes: Mapping[str, NodeFacts],
 
 
 def snapshot(cluster: Cluster, doc: Mapping[str, Any], fleet: FleetLike, http: httpx.Client,
-             api_key: str | None, timeout: float = 5.0) -> Snapshot:
-    """Probe every node and rank 0's API concurrently; judge."""
+             api_key: str | None, timeout: float = 5.0,
+             nodes_round: Callable[[], dict[str, NodeFacts]] | None = None) -> Snapshot:
+    """Probe every node and rank 0's API concurrently; judge. ``nodes_round`` reads the nodes' status
+    facts in place of the status probe's own round (`up` reads more in the same round)."""
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=1) as pool:
         head_future = pool.submit(head_checks, cluster, http, api_key, min(timeout, 2.0))
-        nodes = collect(cluster, doc, fleet, "status", timeout=timeout)
+        nodes = (nodes_round() if nodes_round is not None
+                 else collect(cluster, doc, fleet, "status", timeout=timeout))
         head = head_future.result()
     router = router_status.probe(doc, fleet, http, api_key, timeout) if router_status.covers(doc) else None
     marks = load_ready_marks(ready_file(cluster.name))

@@ -50,7 +50,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("SPARKCTL_SIM_HOLD_MIB", "0", "MiB of memory each rank allocates, touches and holds after joining"),
     Knob("SPARKCTL_SIM_FAULT", "", "comma-separated faults for negative tests: " + ", ".join(FAULTS)),
     Knob("SPARKCTL_SIM_HEARTBEAT_S", "1", "heartbeat interval between rank 0 and each worker"),
-    Knob("SPARKCTL_SIM_PEER_TIMEOUT_S", "3", "silence after which a peer counts as lost"),
+    # 15 s, not a few: on the lab's 2 cores, with three labs booting side by side, a rank 0 faulting in
+    # its held memory fell silent for over 3 s and its worker left a group that was healthy.
+    Knob("SPARKCTL_SIM_PEER_TIMEOUT_S", "15", "silence after which a peer counts as lost"),
     Knob("SPARKCTL_SIM_HEAD_LOSS_EXIT_S", "10", "a worker exits (status 1) this long after losing rank 0"),
     Knob("SPARKCTL_SIM_DEFAULT_MAX_TOKENS", "128", "completion budget when a request sets no max_tokens"),
     Knob(
@@ -128,7 +130,7 @@ class Knobs:
     hold_mib: int = 0
     faults: frozenset[str] = field(default_factory=frozenset)
     heartbeat_s: float = 1.0
-    peer_timeout_s: float = 3.0
+    peer_timeout_s: float = 15.0
     head_loss_exit_s: float = 10.0
     default_max_tokens: int = 128
     kit_dir: str | None = None

@@ -200,8 +200,8 @@ def test_worker_waits_for_an_unreachable_head_and_a_wrong_nnodes_is_refused(
 def test_silent_peer_is_lost_by_heartbeat_and_workers_leave_without_rank0(
     cluster: Callable[..., Cluster],
 ) -> None:
-    # default heartbeat (1 s) and peer timeout (3 s): a frozen node, no FIN on its socket
-    c = cluster(env={"SPARKCTL_SIM_HEAD_LOSS_EXIT_S": "0.5"})
+    # heartbeat 1 s (the default) and a peer timeout of 3 s: a frozen node, no FIN on its socket
+    c = cluster(env={"SPARKCTL_SIM_HEAD_LOSS_EXIT_S": "0.5", "SPARKCTL_SIM_PEER_TIMEOUT_S": "3"})
     for rank in range(4):
         c.start(rank)
     wait_for(lambda: c.status(0, "/ready") == 200, WAIT_S, "rank 0 /ready")

@@ -86,7 +86,7 @@ def probe_params(cluster: Cluster, entry: Mapping[str, Any], mode: str) -> dict[
     """What the probe needs to know about one node (all from the plan document and the model)."""
     rl = rank_launch(entry)
     params: dict[str, Any] = {"mode": mode, "unit": rl.unit_name}
-    if rl.container and mode in ("watch", "status"):
+    if rl.container and mode in ("watch", "status", "preflight"):
         params["container"] = rl.container  # docker's OOMKilled, RestartCount and StartedAt
     if mode == "watch":
         params["health_port"] = cluster.ports.api
@@ -220,6 +220,21 @@ def probe_scripts(cluster: Cluster, doc: Mapping[str, Any], mode: str, only: Ite
         params.update(extra or {})
         scripts[n] = probe_script(params)
     return scripts
+
+
+# What the probe's ``status`` mode answers; the ``preflight`` mode answers all of it and more
+# (sparkctl.nodeside.probe.main), so one preflight read also gives the status facts (:func:`as_status`).
+STATUS_FIELDS = ("host", "time", "unit", "mem", "container", "links", "gpu", "unit_sha256", "file_digest",
+                 "shards")
+
+
+def as_status(facts: Mapping[str, NodeFacts]) -> dict[str, NodeFacts]:
+    """The status facts within each node's preflight facts (a node without facts stays as it is)."""
+    out: dict[str, NodeFacts] = {}
+    for name, f in facts.items():
+        data = {"mode": "status", **{k: f.data[k] for k in STATUS_FIELDS if k in f.data}} if f.data else {}
+        out[name] = NodeFacts(f.name, f.rank, f.reachable, f.error, data)
+    return out
 
 
 def parse_facts(doc: Mapping[str, Any], results: Mapping[str, HostResult]) -> dict[str, NodeFacts]:

@@ -38,10 +38,6 @@ if TYPE_CHECKING:
     from sparkctl.model import Cluster
 
 
-# Seconds the status probe may take on a node (`status`'s own bound: verdict.snapshot).
-STATUS_TIMEOUT_S = 5.0
-
-
 @dataclass
 class UpResult:
     """What `up` did: nothing (``changed`` False: already ready), or a start that passed every gate."""
@@ -233,23 +229,23 @@ class Up:
                                 exit_code=EXIT_FAILED)
 
     def first_round(self, fleet: FleetLike, keep: dict[str, Any]) -> dict[str, probe.NodeFacts]:
-        """The status snapshot's read of the nodes, and in the same SSH round per node, after it, the
-        preflight probe and (unless ``full``) the fast path's check, kept in ``keep`` for
-        :meth:`judged`. A node whose rank unit runs keeps its page cache: `up` stops its rank and
-        runs the preflight and the check again (:meth:`preflight_and_check`)."""
+        """The status snapshot's read of the nodes: the preflight probe, whose answer holds every
+        status fact (``probe.as_status``), and in the same SSH round per node, right after it,
+        (unless ``full``) the fast path's check; both kept in ``keep`` for :meth:`judged`. A node
+        whose rank unit runs keeps its page cache: `up` stops its rank and runs the preflight and
+        the check again (:meth:`preflight_and_check`)."""
         cluster, doc = self.cluster, self.doc
         t0 = time.monotonic()
         kit = None if self.full else self.tools.kit_reference(cluster)
-        parts = [probe.probe_scripts(cluster, doc, "status"),
-                 probe.probe_scripts(cluster, doc, "preflight", extra={"keep_caches_if_running": True})]
+        parts = [probe.probe_scripts(cluster, doc, "preflight", extra={"keep_caches_if_running": True})]
         if not self.full:
             parts.append(fastup.check_scripts(cluster, doc, kit))
-        timeout = STATUS_TIMEOUT_S + preflight.TIMEOUT_S + (0 if self.full else fastup.CHECK_TIMEOUT_S)
+        timeout = preflight.TIMEOUT_S + (0 if self.full else fastup.CHECK_TIMEOUT_S)
         results = fleet.run({n: joined_script(*(p[n] for p in parts)) for n in parts[0]},
                             timeout=timeout, only=list(parts[0]))
-        status, pre, *chk = split_results(results, len(parts))
+        pre, *chk = split_results(results, len(parts))
         keep.update(pre=pre, chk=chk[0] if chk else None, kit=kit, seconds=time.monotonic() - t0)
-        return probe.parse_facts(doc, status)
+        return probe.as_status(probe.parse_facts(doc, pre))
 
     def preflight_and_check(self, fleet: FleetLike) -> tuple[list[preflight.Check], fastup.FastCheck]:
         """Preflight on every node and, unless ``full``, the fast path's check of what is installed:

@@ -55,7 +55,7 @@ def test_up_when_ready_and_current_does_nothing(run_cli: Any, site: Site) -> Non
     assert res.code == EXIT_OK, res.err
     assert site.books() == ["up.yml"] and site.stop_rounds() == 1 and "restarting" in res.out
     # the preflight read beside the snapshot saw the running ranks: it runs again once they are stopped
-    assert site.nodes.joined[-2:] == [["status", "preflight", "upcheck"], ["preflight", "upcheck"]]
+    assert site.nodes.joined[-2:] == [["preflight", "upcheck"], ["preflight", "upcheck"]]
 
 
 def test_up_heals_a_degraded_cluster_by_stopping_first(run_cli: Any, site: Site) -> None:
@@ -449,9 +449,11 @@ def test_up_with_nothing_to_install_starts_over_ssh_workers_first(run_cli: Any, 
     assert not any(API_KEY in text for text in site.nodes.sent)
     modes = [m for _, m in site.nodes.calls]
     assert modes.index("preflight") < modes.index("upcheck") < modes.index("start")
-    # the status snapshot, the preflight probe and the check in one SSH round per node, in that order
-    assert site.nodes.joined == [["status", "preflight", "upcheck"]]
-    assert site.nodes.rounds["status"] == site.nodes.rounds["preflight"] == site.nodes.rounds["upcheck"] == 1
+    # the preflight probe (its answer holds the status snapshot's facts) and the check in one SSH
+    # round per node, in that order; no status round of its own
+    assert site.nodes.joined == [["preflight", "upcheck"]]
+    assert site.nodes.rounds["preflight"] == site.nodes.rounds["upcheck"] == 1
+    assert "status" not in site.nodes.rounds
 
 
 def test_a_changed_env_file_on_one_node_runs_the_playbook_and_says_why(run_cli: Any, site: Site) -> None:
@@ -470,7 +472,7 @@ def test_up_full_always_runs_the_playbook(run_cli: Any, site: Site) -> None:
     res = run_cli("-i", str(site.inventory), "--json", "up", "--full")
     assert res.code == EXIT_OK, res.err
     assert site.books() == ["up.yml"] and "upcheck" not in [m for _, m in site.nodes.calls]
-    assert site.nodes.joined == [["status", "preflight"]] and site.nodes.rounds["preflight"] == 1
+    assert site.nodes.joined == [["preflight"]] and site.nodes.rounds["preflight"] == 1
     assert json.loads(res.out)["start"] == {"path": "playbook", "reasons": ["--full"], "check_seconds": 0.0}
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from sparkctl.nodeside import probe as nodeprobe
+from sparkctl.serve import probe
 
 
 @pytest.fixture
@@ -29,6 +30,7 @@ def node(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
                           ("gpu_apps", []), ("gpu_containers", [])):
         monkeypatch.setattr(nodeprobe, reader, lambda *a, _v=value, **k: _v)
     monkeypatch.setattr(nodeprobe.links, "read_links", lambda devs: {})
+    monkeypatch.setattr(nodeprobe, "container_state", lambda name: {"running": False})
     return state
 
 
@@ -56,3 +58,23 @@ def test_a_preflight_of_its_own_always_drops_the_cache(
         node: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
     node["unit"] = "active"
     assert _preflight(capsys)["caches_dropped"] is True and node["drops"] == 1
+
+
+def test_a_preflight_answer_holds_every_status_fact(
+        node: dict[str, Any], capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    """`up`'s status snapshot is read from its preflight answer (``serve.probe.as_status``): every
+    field a status read answers is in it, and as_status keeps exactly those."""
+    unit_file = tmp_path / "sparkctl-rank.service"
+    unit_file.write_text("[Service]\n")
+    common = {"unit": "sparkctl-rank.service", "container": "sparkctl-rank", "unit_file": str(unit_file),
+              "hash_files": [str(unit_file)], "hash_key": "ab" * 32, "netdevs": ["enp1s0f0np0"],
+              "engram_dir": str(tmp_path), "rank": 1, "tp": 4}
+    nodeprobe.main({"mode": "status", **common})
+    status = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    preflight = _preflight(capsys, **common)
+    assert set(status) - {"mode"} == set(probe.STATUS_FIELDS)
+    assert set(status) <= set(preflight), set(status) - set(preflight)
+    facts = {"spark-1": probe.NodeFacts("spark-1", 1, True, None, preflight)}
+    as_status = probe.as_status(facts)["spark-1"].data
+    assert set(as_status) == set(status) and as_status["mode"] == "status"
+    assert as_status["file_digest"] == status["file_digest"] and as_status["container"] == status["container"]

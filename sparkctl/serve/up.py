@@ -229,39 +229,33 @@ class Up:
                                 exit_code=EXIT_FAILED)
 
     def first_round(self, fleet: FleetLike, keep: dict[str, Any]) -> dict[str, probe.NodeFacts]:
-        """The status snapshot's read of the nodes: the preflight probe, whose answer holds every
-        status fact (``probe.as_status``), and in the same SSH round per node, right after it,
-        (unless ``full``) the fast path's check; both kept in ``keep`` for :meth:`judged`. A node
-        whose rank unit runs keeps its page cache: `up` stops its rank and runs the preflight and
-        the check again (:meth:`preflight_and_check`)."""
-        cluster, doc = self.cluster, self.doc
-        t0 = time.monotonic()
-        kit = None if self.full else self.tools.kit_reference(cluster)
-        parts = [probe.probe_scripts(cluster, doc, "preflight", extra={"keep_caches_if_running": True})]
-        if not self.full:
-            parts.append(fastup.check_scripts(cluster, doc, kit))
-        timeout = preflight.TIMEOUT_S + (0 if self.full else fastup.CHECK_TIMEOUT_S)
-        results = fleet.run({n: joined_script(*(p[n] for p in parts)) for n in parts[0]},
-                            timeout=timeout, only=list(parts[0]))
-        pre, *chk = split_results(results, len(parts))
-        keep.update(pre=pre, chk=chk[0] if chk else None, kit=kit, seconds=time.monotonic() - t0)
-        return probe.as_status(probe.parse_facts(doc, pre))
+        """The status snapshot's read of the nodes: :meth:`read` (preflight and check) whose preflight
+        answer holds every status fact (``probe.as_status``), the whole kept in ``keep`` for
+        :meth:`judged`. A node whose rank unit runs keeps its page cache: `up` stops its rank and
+        reads again (:meth:`preflight_and_check`)."""
+        keep.update(self.read(fleet, keep_caches_if_running=True))
+        return probe.as_status(probe.parse_facts(self.doc, keep["pre"]))
 
     def preflight_and_check(self, fleet: FleetLike) -> tuple[list[preflight.Check], fastup.FastCheck]:
-        """Preflight on every node and, unless ``full``, the fast path's check of what is installed:
-        one SSH round per node (``ssh.fleet.joined_script``), the check right after the preflight
-        probe on each node, as two rounds would have run them."""
+        """Preflight on every node and, unless ``full``, the fast path's check (:meth:`read`), judged."""
+        return self.judged(**self.read(fleet))
+
+    def read(self, fleet: FleetLike, keep_caches_if_running: bool = False) -> dict[str, Any]:
+        """The preflight probe and, unless ``full``, the fast path's check of what is installed, in
+        one SSH round per node (``ssh.fleet.joined_script``), the check right after the probe: their
+        results (``pre``, ``chk``: None with ``full``), the kit reference and the round's seconds."""
         cluster, doc = self.cluster, self.doc
         t0 = time.monotonic()
         kit = None if self.full else self.tools.kit_reference(cluster)
-        parts = [probe.probe_scripts(cluster, doc, "preflight")]
+        extra = {"keep_caches_if_running": True} if keep_caches_if_running else None
+        parts = [probe.probe_scripts(cluster, doc, "preflight", extra=extra)]
         if not self.full:
             parts.append(fastup.check_scripts(cluster, doc, kit))
         timeout = preflight.TIMEOUT_S + (0 if self.full else fastup.CHECK_TIMEOUT_S)
         results = fleet.run({n: joined_script(*(p[n] for p in parts)) for n in parts[0]},
                             timeout=timeout, only=list(parts[0]))
         pre, *chk = split_results(results, len(parts))
-        return self.judged(pre, chk[0] if chk else None, kit, time.monotonic() - t0)
+        return {"pre": pre, "chk": chk[0] if chk else None, "kit": kit, "seconds": time.monotonic() - t0}
 
     def judged(self, pre: dict[str, HostResult], chk: dict[str, HostResult] | None,
                kit: fastup.KitReference | str | None, seconds: float,

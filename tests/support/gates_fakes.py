@@ -276,27 +276,6 @@ class GpuNodes(FakeNodes):
         super().__init__(names, ranks)
         self.gpu: dict[str, dict[str, Any] | None] = dict.fromkeys(names)
 
-    def _joined(self, texts: dict[str, str], timeout: float) -> dict[str, HostResult]:
-        """A round of ``ssh.fleet.joined_script``s: each part answered as a round of its own, in order
-        (``on_round`` sees each), the answers joined as the node's shell would print them."""
-        parts = {n: _JOINED.findall(t) for n, t in texts.items()}
-        count = len(next(iter(parts.values())))
-        first = next(iter(parts.values()))
-        self.joined.append([json.loads(json.loads(m.group(1)))["mode"] if (m := _PARAMS.search(p)) else "?"
-                            for p in first])
-        dark = [n for n in texts if not self.state[n].reachable]
-        answers = [self.run({n: parts[n][i] for n in texts if n not in dark}, timeout,
-                            [n for n in texts if n not in dark]) for i in range(count)]
-        out = {}
-        for n in texts:
-            if n in dark:
-                out[n] = self._answer(n, texts[n])
-                continue
-            got = [a[n] for a in answers]
-            out[n] = HostResult(n, got[-1].rc, "".join(f"{r.stdout}{PART_END} {r.rc}\n" for r in got),
-                                "".join(f"{r.stderr}{PART_END}\n" for r in got))
-        return out
-
     def _answer(self, name: str, text: str) -> HostResult:
         res = super()._answer(name, text)
         if res.rc != 0 or not res.stdout.startswith("{"):

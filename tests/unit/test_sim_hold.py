@@ -39,6 +39,21 @@ def test_the_held_memory_is_taken_a_chunk_at_a_time_letting_other_threads_run(
     assert proc.held is not None and len(proc.held) == len(allocs)
 
 
+def _monitor_until_lost(head: Head, rank: int) -> None:
+    """Rank 0's liveness monitor, run until it counts ``rank`` lost (10 s at most), then several more
+    of its rounds."""
+    loop = threading.Thread(target=head._heartbeat_loop, daemon=True)
+    loop.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not head.peers[rank].gone and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.4)
+    finally:
+        head.stopping.set()
+        loop.join(5)
+
+
 def test_a_peer_whose_bytes_wait_unread_is_not_counted_silent() -> None:
     """A stalled process (its reader thread did not run) must not call a live peer lost: what
     counts is whether anything arrived, and arrived bytes wait in the socket."""
@@ -53,16 +68,7 @@ def test_a_peer_whose_bytes_wait_unread_is_not_counted_silent() -> None:
         head.peers[rank] = Peer(rank=rank, sock=ours, addr=f"peer-{rank}", joined_at=long_ago,
                                 last_seen=long_ago)
     pairs[0][1].sendall(b'{"type": "hb"}\n')  # rank 1's heartbeat arrived; no reader has run since
-    loop = threading.Thread(target=head._heartbeat_loop, daemon=True)
-    loop.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not head.peers[2].gone and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.4)  # several more rounds of the monitor
-    finally:
-        head.stopping.set()
-        loop.join(5)
+    _monitor_until_lost(head, 2)
     assert head.peers[2].gone and "lost node_rank 2 (no heartbeat" in head.lost[0]  # silent: lost
     assert not head.peers[1].gone and len(head.lost) == 1  # bytes waiting: alive
     for ours, theirs in pairs:
@@ -83,16 +89,7 @@ def test_by_default_a_peer_silent_for_a_few_seconds_is_not_lost() -> None:
     for (rank, silent), (ours, _) in zip(((1, 6.0), (2, 60.0)), pairs, strict=True):
         head.peers[rank] = Peer(rank=rank, sock=ours, addr=f"peer-{rank}", joined_at=now - silent,
                                 last_seen=now - silent)
-    loop = threading.Thread(target=head._heartbeat_loop, daemon=True)
-    loop.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not head.peers[2].gone and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.3)  # several more rounds of the monitor
-    finally:
-        head.stopping.set()
-        loop.join(5)
+    _monitor_until_lost(head, 2)
     assert head.peers[2].gone and not head.peers[1].gone, head.lost
     for ours, theirs in pairs:
         ours.close()

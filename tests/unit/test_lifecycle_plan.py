@@ -146,3 +146,25 @@ def test_reset_keeps_ssh_and_data_by_default() -> None:
         assert not path.startswith(kept), path
     # only marked blocks leave shared SSH files, never the files themselves
     assert {b["path"] for b in defaults["spark_reset_blocks"]} == {"/etc/hosts", "/etc/ssh/ssh_known_hosts"}
+
+
+def test_an_identity_mismatch_quotes_both_values() -> None:
+    """An OS string that differs only by a prefix read as the same string twice ("os is held back Debian
+    … here but Debian … on spark-0"): the upgrade's verify step quotes each value so the difference shows."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    task = yaml.safe_load((REPO / "roles/spark_upgrade/tasks/verify.yml").read_text())[0]
+    variables: dict[str, Any] = {k: trust_as_template(v) for k, v in task["vars"].items()}
+    variables.update(
+        inventory_hostname="spark-2", groups={"sparks": ["spark-0", "spark-1", "spark-2"]},
+        spark_upgrade_identity_fields=["os", "kernel"], spark_upgrade_expect={"kernel": "6.9"},
+        spark_preflight_identity_result={"identity": {"os": "held back Debian 12", "kernel": "6.8"}},
+        hostvars={"spark-0": {"spark_upgrade_identity": {"os": "Debian 12", "kernel": "6.8"}},
+                  "spark-1": {}, "spark-2": {}},
+    )
+    said = Templar(loader=DataLoader(), variables=variables).template(
+        trust_as_template(task["ansible.builtin.assert"]["fail_msg"]))
+    assert 'os is "held back Debian 12" here but "Debian 12" on spark-0' in said, said
+    assert 'kernel is "6.8" here but sparkctl_upgrade.expect pins "6.9"' in said, said
+    assert "spark-1" not in said  # not upgraded yet in this run: nothing to compare with

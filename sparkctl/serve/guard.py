@@ -77,6 +77,7 @@ class MemoryGuard(Periodic):
     on_breach: Callable[[Breach], KillReport | None] | None = None
     record_dir: Path | None = None
     interval: float = 2.0
+    first_after: float = 0.0
     lowest: dict[str, int] = field(default_factory=dict)
     samples: int = 0
     breach: Breach | None = None

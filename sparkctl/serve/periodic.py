@@ -3,8 +3,8 @@ the memory guard's and the thermal sampler's loop.
 
 A subclass (a dataclass with ``interval`` and ``errors`` fields) calls ``_prepare(name)`` from its
 ``__post_init__`` and writes ``sample_once()``; ``finished()`` ends the loop early (the guard, once
-a node breached its floor). A sampling problem is recorded in ``errors``, never raised: it must not
-fail the command it watches.
+a node breached its floor); ``first_after`` puts off the first sample. A sampling problem is
+recorded in ``errors``, never raised: it must not fail the command it watches.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ class Periodic:
 
     interval: float
     errors: list[str]
+    first_after: float = 0.0  # seconds from start() to the first sample (0: at once)
 
     def _prepare(self, name: str) -> None:
         self._stop = threading.Event()
@@ -48,6 +49,8 @@ class Periodic:
         return False
 
     def _run(self) -> None:
+        if self.first_after > 0 and self._stop.wait(self.first_after):
+            return
         while not self._stop.is_set():
             started = time.monotonic()
             try:

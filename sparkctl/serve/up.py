@@ -155,9 +155,14 @@ class Up:
         # (a failure, a gate, Ctrl-C, an error while recording) and says what it really stopped.
         # The memory guard samples every node every ~2 s for the whole start, whatever the gates
         # are waiting on; below the floor it kills every rank at once (its own SSH connections).
+        # Its first sample comes one interval in: the preflight has just read every node's
+        # MemAvailable and the ranks load their weights only once their units have started, while a
+        # sample at once (its new SSH connections, a probe on every node) took the CPU from the unit
+        # starts themselves (~0.35 s of `up`'s own time on the lab).
         guard_fleet = self.tools.fleet(cluster)
         guard: MemoryGuard = self.tools.memory_guard(cluster, doc, guard_fleet,
-                                                     on_breach=lambda b: abort_ranks(doc, guard_fleet))
+                                                     on_breach=lambda b: abort_ranks(doc, guard_fleet),
+                                                     first_after=MemoryGuard.interval)
         guard.start()
         try:
             state = self.start_and_watch(fleet, http, fast, timeline, started)

@@ -154,12 +154,13 @@ def test_a_gate_that_fails_after_a_guard_breach_reports_the_breach(run_cli: Any,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # The guard's own thread sees spark-1 below the floor and kills every rank; memory comes back,
     # and the boot watch's next sample sees a rank unit that exited. The breach is the cause.
-    from sparkctl.serve.guard import Breach
+    from sparkctl.serve.guard import Breach, MemoryGuard
 
     guards: list[Any] = []
 
     class Guard:
-        def __init__(self, cluster: Any, doc: Any, fleet: Any, on_breach: Any) -> None:
+        def __init__(self, cluster: Any, doc: Any, fleet: Any, on_breach: Any, first_after: float) -> None:
+            assert first_after == MemoryGuard.interval  # not at once: the unit starts have the CPU
             self.breach: Breach | None = None
             self.record_dir: Path | None = None
             guards.append(self)

@@ -50,3 +50,23 @@ def test_an_unreachable_node_is_noted_not_fatal_to_the_guard(tmp_path: Path) -> 
         time.sleep(0.2)
     assert guard.breach is None and guard.samples >= 2
     assert "spark-1" not in guard.lowest and any(e.startswith("spark-1:") for e in guard.errors)
+
+
+def test_a_first_sample_put_off_waits_and_a_stop_before_it_samples_nothing(tmp_path: Path) -> None:
+    """`up` puts the first sample off by one interval (the unit starts have the CPU first); stopped
+    before then, the guard has sampled nothing and stops at once."""
+    cluster, doc = lab_cluster(tmp_path, {"memory": {"floor_gib": 2.5}})
+    nodes = _nodes(cluster)
+    guard = MemoryGuard(cluster, doc, nodes, interval=0.05, first_after=0.3)
+    t0 = time.monotonic()
+    with guard:
+        deadline = t0 + 10
+        while guard.samples == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first = time.monotonic() - t0
+    assert guard.samples >= 1 and first >= 0.3, first
+    early = MemoryGuard(cluster, doc, nodes, interval=0.05, first_after=30)
+    t0 = time.monotonic()
+    with early:
+        time.sleep(0.05)
+    assert early.samples == 0 and time.monotonic() - t0 < 10

@@ -11,6 +11,7 @@ completion of a command name import no command module, and ``sparkctl status`` n
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
@@ -233,6 +234,18 @@ def _ui() -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: run the app, turn expected errors into exit codes."""
+    try:
+        _main(argv)
+    finally:
+        if argv is None:
+            # The process ends here. Its objects need no last collection: the interpreter's own
+            # collections while it tears down walked every object the libraries left (pydantic,
+            # openai, fabric) for ~0.2 s, 7 % of `up`'s own time on the lab. Frozen, they are skipped
+            # (exit handlers and the joins of running threads still run).
+            gc.freeze()
+
+
+def _main(argv: list[str] | None) -> None:
     group = _group()
     debug = os.environ.get("SPARKCTL_DEBUG") == "1"
     args = _hoist_globals(list(sys.argv[1:] if argv is None else argv), group)

@@ -164,18 +164,21 @@ class Up:
                                                      on_breach=lambda b: abort_ranks(doc, guard_fleet),
                                                      first_after=MemoryGuard.interval)
         guard.start()
-        try:
-            state = self.start_and_watch(fleet, http, fast, timeline, started)
-            guard.record_dir = self._run_dir
-            if guard.breach is not None:
-                raise _breach_failure(guard.breach, None)
-        except BaseException as exc:
+        try:  # the guard's connections are closed on every way out (a supervisor runs many `up`s)
+            try:
+                state = self.start_and_watch(fleet, http, fast, timeline, started)
+                guard.record_dir = self._run_dir
+                if guard.breach is not None:
+                    raise _breach_failure(guard.breach, None)
+            except BaseException as exc:
+                guard.stop()
+                failure = self._failed(exc, guard)
+                if failure is exc:
+                    raise
+                raise failure from failure.__cause__
             guard.stop()
-            failure = self._failed(exc, guard)
-            if failure is exc:
-                raise
-            raise failure from failure.__cause__
-        guard.stop()
+        finally:
+            guard_fleet.close()
         mins = {n: min((v for v in (r.mem_min, guard.lowest.get(n)) if v is not None), default=None)
                 for n, r in state.rows.items()}
         return UpResult(True, time.monotonic() - started, state=state, fast=fast, timeline=timeline,

@@ -506,3 +506,33 @@ def test_a_start_playbook_failing_on_a_container_stopped_in_its_prestart_names_t
     flat = " ".join(res.err.replace("│", " ").split())
     assert "failed at the gate 'kit pre-start checks' on spark-2" in flat, flat
     assert "1 check failed (sglang-commit)" in flat, flat
+
+
+class _Counted:
+    """One fleet as `up` opened it (all share the site's fake nodes): was it closed?"""
+
+    def __init__(self, nodes: Any) -> None:
+        self._nodes, self.closed = nodes, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._nodes, name)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_up_closes_every_fleet_it_opened(run_cli: Any, site: Site, fails: bool) -> None:
+    """The memory guard's own SSH connections were left open after `up`: a supervisor that runs `up`
+    again and again kept four more connections (and their threads) each time."""
+    opened: list[_Counted] = []
+
+    def fleet(cluster: Any) -> _Counted:
+        opened.append(_Counted(site.nodes))
+        return opened[-1]
+
+    site.tools.fleet = fleet
+    site.fail_playbook = "up.yml" if fails else None
+    res = run_cli("-i", str(site.inventory), "up")
+    assert res.code == (EXIT_FAILED if fails else EXIT_OK), res.out + res.err
+    assert len(opened) >= 2 and all(f.closed for f in opened), [f.closed for f in opened]

@@ -112,3 +112,13 @@ def test_the_check_names_what_does_not_exist() -> None:
 def test_the_exit_code_table_is_sparkctls() -> None:
     rows = dict(re.findall(r"^\| (\d) \| (.+?) \|$", DOC.read_text(), flags=re.M))
     assert {int(k): v for k, v in rows.items()} == EXIT_MEANINGS
+
+
+def test_the_glossary_explains_every_name_the_docs_and_help_lean_on() -> None:
+    """R4, M1, SG17, sparkDash, DSV41EN1 and the rest appear in help texts, profiles and results
+    without a word of explanation there: the day-one glossary defines each, one entry apiece."""
+    glossary = DOC.read_text().split("\n## Glossary\n", 1)[1]
+    defined = re.findall(r"^- \*\*(.+?)\*\* — ", glossary, flags=re.M)
+    wanted = {"R4", "M1", "SG17", "sparkDash", "Engram", "DSV41EN1", "DSpark", "RoCEnante", "PCIe halves"}
+    assert wanted <= set(defined), sorted(wanted - set(defined))
+    assert len(defined) == len(set(defined)), defined

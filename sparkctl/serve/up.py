@@ -12,6 +12,7 @@ One run directory per `up`: the playbooks it runs and the boot records share it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Iterable, Iterator
@@ -159,12 +160,12 @@ class Up:
         # MemAvailable and the ranks load their weights only once their units have started, while a
         # sample at once (its new SSH connections, a probe on every node) took the CPU from the unit
         # starts themselves (~0.35 s of `up`'s own time on the lab).
-        guard_fleet = self.tools.fleet(cluster)
-        guard: MemoryGuard = self.tools.memory_guard(cluster, doc, guard_fleet,
-                                                     on_breach=lambda b: abort_ranks(doc, guard_fleet),
-                                                     first_after=MemoryGuard.interval)
-        guard.start()
-        try:  # the guard's connections are closed on every way out (a supervisor runs many `up`s)
+        # The guard's connections are closed on every way out (a supervisor runs many `up`s).
+        with contextlib.closing(self.tools.fleet(cluster)) as guard_fleet:
+            guard: MemoryGuard = self.tools.memory_guard(
+                cluster, doc, guard_fleet, on_breach=lambda b: abort_ranks(doc, guard_fleet),
+                first_after=MemoryGuard.interval)
+            guard.start()
             try:
                 state = self.start_and_watch(fleet, http, fast, timeline, started)
                 guard.record_dir = self._run_dir
@@ -177,8 +178,6 @@ class Up:
                     raise
                 raise failure from failure.__cause__
             guard.stop()
-        finally:
-            guard_fleet.close()
         mins = {n: min((v for v in (r.mem_min, guard.lowest.get(n)) if v is not None), default=None)
                 for n, r in state.rows.items()}
         return UpResult(True, time.monotonic() - started, state=state, fast=fast, timeline=timeline,

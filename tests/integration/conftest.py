@@ -93,7 +93,7 @@ STREAMS = (
      "test_shape_triangle_lab", "test_shape_ring_lab"),
     ("test_provision", "test_thermals_lab", "test_up_fast", "test_monitoring_lab", "test_qa",
      "test_ssh_port_lab", "test_vault", "test_wheel_install", "test_day_one_lab"),
-    ("test_lab", "test_lab_docker", "test_lifecycle", "test_revert", "test_provision_fast",
+    ("test_lab", "test_lab_docker", "test_revert", "test_provision_fast",
      "test_watch", "test_watch_lifecycle", "test_groups_lab"),
 )  # fmt: skip
 MODULE_ORDER = tuple(name for stream in STREAMS for name in stream)

@@ -1,8 +1,8 @@
 """A no-op `sparkctl provision` on the lab runs no playbook at all (one SSH round repeats spark_applied's
 read on every node and the switch's port MTUs, 0 changed) and still catches drift: a rendered file
 edited by hand, a fabric MTU changed with `ip link` on a node or on the switch runs the playbook,
-which re-applies that role on that node only and reports the change; the run after it is a fast
-no-op again.
+which re-applies that role on that node only and reports the change (the four drifts are made at once
+and repaired by one run); the run after it is a fast no-op again.
 
 The seconds are bench/provision_noop.py's to measure (medians of interleaved repeats against --full);
 here a fast no-op is one that ran no playbook, whatever the machine's load."""
@@ -68,55 +68,41 @@ def test_full_runs_every_role_and_still_changes_nothing(lab: Any, provisioned: d
     assert all(set(roles) >= {"base", "fabric", "firewall"} for roles in _ran(doc).values())
 
 
-@pytest.mark.parametrize(
-    ("node", "path", "role"),
-    [
-        ("spark-2", "/etc/sparkctl/firewall.nft", "firewall"),
-        ("spark-1", "/etc/sysctl.d/60-sparkctl.conf", "base"),
-    ],
-)
-def test_a_file_edited_by_hand_is_noticed_and_repaired(
-    lab: Any, provisioned: dict[str, Any], node: str, path: str, role: str
-) -> None:
-    before = lab.ssh(node, f"sha256sum {path}").stdout.split()[0]
-    lab.ssh(node, f"printf '# edited by hand\\n' >> {path}")
-    doc = _provision(lab)
-    assert doc["path"]["path"] == "playbook"
-    assert any(r.startswith(f"{role} on {node}: file {path}") for r in doc["path"]["reasons"]), doc["path"]
-    verdict = doc["applied"][node][role]
-    assert verdict["run"] is True
-    assert any(path in reason and "changed since it was applied" in reason for reason in verdict["reasons"])
-    assert node in _changed(doc), doc["hosts"]
-    if role == "firewall":  # a per-node role: only the drifted node ran it
-        assert _ran(doc) == {node: ["firewall"]}
-    assert lab.ssh(node, f"sha256sum {path}").stdout.split()[0] == before
-    _fast_no_op(_provision(lab))
-
-
-def test_an_mtu_changed_with_ip_link_is_noticed_and_repaired(lab: Any, provisioned: dict[str, Any]) -> None:
+def test_drift_anywhere_is_noticed_and_repaired_where_it_is(lab: Any, provisioned: dict[str, Any]) -> None:
+    """Four drifts at once — a rendered file edited by hand on two nodes (a per-node role and the base
+    role), a fabric MTU changed with `ip link` on a node and a port MTU changed on the switch: one
+    playbook run names each, re-applies each role on the node that drifted only, and the run after it
+    is a fast no-op again."""
+    files = {("spark-2", "firewall"): "/etc/sparkctl/firewall.nft",
+             ("spark-1", "base"): "/etc/sysctl.d/60-sparkctl.conf"}
+    before = {key: lab.ssh(key[0], f"sha256sum {path}").stdout.split()[0] for key, path in files.items()}
+    for (where, _), path in files.items():
+        lab.ssh(where, f"printf '# edited by hand\\n' >> {path}")
     node, netdev = "spark-1", "enp1s0f0np0"
     mtu = lab.ssh(node, f"cat /sys/class/net/{netdev}/mtu").stdout.strip()
     lab.ssh(node, f"ip link set dev {netdev} mtu 1500")
-    doc = _provision(lab)
-    assert doc["path"]["path"] == "playbook"
-    assert any(r.startswith(f"fabric on {node}: link {netdev}") for r in doc["path"]["reasons"]), doc["path"]
-    assert doc["applied"][node]["fabric"]["run"] is True
-    assert node in _changed(doc), doc["hosts"]
-    assert lab.ssh(node, f"cat /sys/class/net/{netdev}/mtu").stdout.strip() == mtu
-    _fast_no_op(_provision(lab))
-
-
-def test_a_switch_port_mtu_changed_by_hand_is_noticed_and_repaired(
-    lab: Any, provisioned: dict[str, Any]
-) -> None:
     port = "s2a"
-    mtu = lab.ssh(SWITCH, f"cat /sys/class/net/{port}/mtu").stdout.strip()
+    port_mtu = lab.ssh(SWITCH, f"cat /sys/class/net/{port}/mtu").stdout.strip()
     lab.ssh(SWITCH, f"ip link set dev {port} mtu 1500")
+
     doc = _provision(lab)
     assert doc["path"]["path"] == "playbook"
-    assert f"{SWITCH}: port {port} has MTU 1500, the inventory says {mtu}" in doc["path"]["reasons"]
-    assert SWITCH in _changed(doc), doc["hosts"]
-    assert lab.ssh(SWITCH, f"cat /sys/class/net/{port}/mtu").stdout.strip() == mtu
+    reasons = doc["path"]["reasons"]
+    for (where, role), path in files.items():
+        assert any(r.startswith(f"{role} on {where}: file {path}") for r in reasons), reasons
+        verdict = doc["applied"][where][role]
+        assert verdict["run"] is True
+        assert any(path in r and "changed since it was applied" in r for r in verdict["reasons"]), verdict
+        assert lab.ssh(where, f"sha256sum {path}").stdout.split()[0] == before[(where, role)]
+    assert any(r.startswith(f"fabric on {node}: link {netdev}") for r in reasons), reasons
+    assert doc["applied"][node]["fabric"]["run"] is True
+    assert lab.ssh(node, f"cat /sys/class/net/{netdev}/mtu").stdout.strip() == mtu
+    assert f"{SWITCH}: port {port} has MTU 1500, the inventory says {port_mtu}" in reasons
+    assert lab.ssh(SWITCH, f"cat /sys/class/net/{port}/mtu").stdout.strip() == port_mtu
+    assert set(_changed(doc)) == {"spark-1", "spark-2", SWITCH}, doc["hosts"]
+    ran = _ran(doc)  # each role re-applied on the node that drifted only
+    assert ran["spark-2"] == ["firewall"] and {"base", "fabric"} <= set(ran["spark-1"]), ran
+    assert set(ran) == {"spark-1", "spark-2"}, ran
     _fast_no_op(_provision(lab))
 
 

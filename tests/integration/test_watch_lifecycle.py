@@ -1,18 +1,22 @@
 """`sparkctl watch` (autostart on) running through `upgrade` and `reset` on the lab: no supervisor
 action while either runs, and the group and the healing in the state each command promises after it.
 
-* upgrade, first stopped at spark-2 (an identity field changed there before the run reaches it):
-  while it runs the supervisor only reports healing paused — no restart, no autostart although the
-  group is down and the nodes answer; afterwards healing stays paused, with the reason, and the
-  group stays down. Put right, a second run ends with its gated `up`: ready, healing resumed, and the
-  supervisor sees the group serving without touching it.
+* upgrade: check mode first says what every node would get and installs nothing while the group
+  keeps serving. Then a run stopped at spark-2 (an identity field changed there before the run
+  reaches it): the nodes one at a time, each installed only after the node before it passed its
+  fabric check, spark-3 untouched; while it runs the supervisor only reports healing paused — no
+  restart, no autostart although the group is down and the nodes answer; afterwards healing stays
+  paused, with the reason, and the group stays down. Put right, a second run changes nothing on the
+  nodes already done, installs on spark-3 and ends with stage verification and its gated `up`:
+  ready, healing resumed, and the supervisor sees the group serving without touching it.
 * reset: while it runs the supervisor does nothing; afterwards healing is paused (nothing to heal)
   and, several intervals later, the supervisor has written nothing back (no rank unit, no
   /etc/sparkctl with the API key). `provision`, `stage all` and the admin's `up` then bring the
   group back and resume healing, with the same supervisor still running.
 
 The supervisor runs as a background process against a copy of the lab inventory (short intervals,
-``sparkctl_autostart: true``, a stand-in .deb pinned for `upgrade`, no reboot in the lab); every
+``sparkctl_autostart: true``, a tiny .deb built here with dpkg-deb pinned as the update for `upgrade`,
+no reboot in the lab: ``reboot: false``, a choice of the inventory); every
 command of this module shares its private state directory, as an admin and their supervisor do.
 """
 
@@ -118,6 +122,35 @@ class Site:
         return {n: self.lab.ssh(n, f"systemctl is-active {UNIT}", check=False).stdout.strip() for n in NODES}
 
 
+def _installed(lab: Lab, node: str) -> str | None:
+    proc = lab.ssh(node, f"dpkg-query -W -f='${{Version}}' {PKG} 2>/dev/null", check=False)
+    return proc.stdout.strip() or None
+
+
+def _last_run(site: Site, verb: str) -> Path:
+    """The artifact directory (ansible-runner's) of the site's latest run of ``verb``."""
+    runs = sorted((site.root / "state" / "runs").glob(f"*-{verb}"))
+    assert runs, f"no {verb} run recorded under {site.root / 'state' / 'runs'}"
+    (artifacts,) = (runs[-1] / "artifacts").iterdir()
+    return artifacts
+
+
+def _task_results(artifacts: Path, task: str) -> list[tuple[int, str, bool]]:
+    """(counter, host, changed) of one task's ok results, from the run's job events, in order."""
+    out = []
+    for f in (artifacts / "job_events").glob("*.json"):
+        ev = json.loads(f.read_text())
+        data = ev.get("event_data") or {}
+        if ev.get("event") == "runner_on_ok" and data.get("task") == task:
+            out.append((ev["counter"], data["host"], bool((data.get("res") or {}).get("changed"))))
+    return sorted(out)
+
+
+def _flat(text: str) -> str:
+    """Rich output as one line (box borders dropped, wrapped lines joined at their spaces)."""
+    return " ".join(" ".join(line.strip("│╭╰─ ") for line in text.splitlines()).split())
+
+
 def _at(record: dict[str, Any]) -> float:
     return dt.datetime.fromisoformat(record["time"].replace("Z", "+00:00")).timestamp()
 
@@ -213,6 +246,13 @@ def watcher(site: Site) -> Iterator[subprocess.Popen[str]]:
 
 def test_upgrade_under_a_running_watch_with_autostart(lab: Lab, site: Site,
                                                       watcher: subprocess.Popen[str]) -> None:
+    # Check mode: says what every node would get, installs nothing, stops nothing.
+    check = site.sparkctl("--json", "upgrade", "--check")
+    assert check.returncode == 0, _said(check)
+    assert _first_json(check.stdout)["check"] is True
+    assert [_installed(lab, n) for n in NODES] == [None] * 4
+    assert set(site.units().values()) == {"active"}
+
     # A first run that stops at spark-2: the group down, healing paused with the reason, no autostart.
     lab.ssh("spark-2", "cp --remove-destination \"$(readlink -f /etc/os-release)\" /etc/os-release && "
                        "sed -i 's/^PRETTY_NAME=\"/PRETTY_NAME=\"held back /' /etc/os-release")
@@ -221,8 +261,19 @@ def test_upgrade_under_a_running_watch_with_autostart(lab: Lab, site: Site,
         failed = site.sparkctl("upgrade", "--yes")
         end = time.time()
         assert failed.returncode == 1, _said(failed)
-        assert "upgrade stopped at spark-2" in " ".join(failed.stderr.replace("│", " ").split())
+        said = _flat(failed.stderr)
+        assert "upgrade stopped at spark-2" in said, said
+        assert "spark-2 came back with a different identity: os is" in said, said
+        assert "nodes left untouched: spark-3" in said, said
         assert "healing paused until the next `sparkctl up`" in " ".join(failed.stdout.split())
+        assert [_installed(lab, n) for n in NODES] == ["1.2", "1.2", "1.2", None]  # spark-3 untouched
+        # One node at a time: each node's install comes after the node before it passed its fabric check.
+        artifacts = _last_run(site, "upgrade")
+        installs = _task_results(artifacts, "Install the .deb files")
+        fabric = _task_results(artifacts, "Require the fabric of this node to pass")
+        assert [h for _, h, _ in installs] == ["spark-0", "spark-1", "spark-2"]
+        assert [h for _, h, _ in fabric] == ["spark-0", "spark-1"]
+        assert installs[0][0] < fabric[0][0] < installs[1][0] < fabric[1][0] < installs[2][0]
         _no_action_between(site.events(), start, end, "the failed upgrade")
         assert {r["kind"] for r in _supervised_while(site, start, end)} <= {"paused", "busy"}
         pause = site.paused()
@@ -232,6 +283,7 @@ def test_upgrade_under_a_running_watch_with_autostart(lab: Lab, site: Site,
         time.sleep(5 * INTERVAL_S)
         assert [r for r in site.events()[seen:] if r["kind"] in ACTIONS] == []
         assert set(site.units().values()) <= {"inactive", "failed"}
+        assert site.sparkctl("status", "--json", timeout=120).returncode == 3  # the group stays down
     finally:
         lab.ssh("spark-2", "rm -f /etc/os-release && ln -s ../usr/lib/os-release /etc/os-release")
 
@@ -241,6 +293,11 @@ def test_upgrade_under_a_running_watch_with_autostart(lab: Lab, site: Site,
     end = time.time()
     assert again.returncode == 0, _said(again)
     assert "healing resumed, circuit breaker closed" in " ".join(again.stdout.split())
+    assert "every node upgraded and agreeing" in " ".join(again.stdout.split())
+    # Nothing moved on the nodes already done; spark-3 got the update, and every node has it.
+    installs = _task_results(_last_run(site, "upgrade"), "Install the .deb files")
+    assert [h for _, h, changed in installs if changed] == ["spark-3"], installs
+    assert [_installed(lab, n) for n in NODES] == ["1.2"] * 4
     _no_action_between(site.events(), start, end, "the upgrade")
     assert {r["kind"] for r in _supervised_while(site, start, end)} <= {"paused", "busy"}
     assert site.paused() is None

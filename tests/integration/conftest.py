@@ -403,9 +403,10 @@ class Lab:
     # --- fixtures' preconditions, cached inside the session -------------------------------------
 
     def prepare_serving(self) -> None:
-        """What serving needs, as a module fixture's precondition: the roles serving depends on
-        (the firewall and the switch have their own tests), then everything staged."""
-        proc = self.run_sparkctl("provision", "--tags", "base,fabric,qos,runtime", timeout=900)
+        """What serving needs, as a module fixture's precondition: the lab provisioned — a plain
+        `provision`, so on a lab an earlier module left provisioned it is the fast path's one SSH
+        round, no playbook — then everything staged."""
+        proc = self.run_sparkctl("provision", timeout=900)
         if proc.returncode != 0:
             tail = (proc.stderr or proc.stdout)[-2000:]
             raise AssertionError(f"provision exited {proc.returncode}: {tail}")

@@ -38,8 +38,9 @@ def _stage(lab: Any, *args: str) -> tuple[int, dict[str, Any], str]:
 
 @pytest.fixture(scope="module")
 def kit_staged(lab: Any) -> str:
-    """The fabric up (the staging chain runs over it, also on a freshly started lab), then the kit."""
-    proc = lab.run_sparkctl("provision", "--tags", "fabric", timeout=900)
+    """The lab provisioned (the staging chain runs over the fabric, also on a freshly started lab;
+    a lab already provisioned takes the fast path, no playbook), then the kit."""
+    proc = lab.run_sparkctl("provision", timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rc, _, err = _stage(lab, "kit")
     assert rc == 0, err

@@ -81,8 +81,9 @@ def _wait(url: str, want: int, timeout: float) -> float | None:
 
 @pytest.fixture(scope="module")
 def by_hand(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab, dict[str, Any]]]:
-    # The fabric addresses and the simulator on every node; nothing of a previous `up` running.
-    proc = lab.run_sparkctl("provision", "--tags", "base,fabric,runtime", timeout=900)
+    # The fabric addresses and the simulator on every node (a lab already provisioned: the fast
+    # path, no playbook); nothing of a previous `up` running.
+    proc = lab.run_sparkctl("provision", timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lab.run_sparkctl("down", timeout=300)
     plan = _plan(lab, tmp_path_factory.mktemp("by-hand"))

@@ -46,12 +46,16 @@ def _sha(lab: Any, node: str, path: str) -> str:
 @pytest.fixture(scope="module")
 def staged(lab: Any) -> dict[str, Any]:
     """The lab provisioned (the chain runs over the fabric; a lab already provisioned takes the
-    fast path, no playbook), no rank running (nothing mounts the kit while the tests change it),
-    two workers without any kit: then one timed `stage kit`."""
+    fast path, no playbook), no rank running (nothing mounts the kit while the tests change it), the
+    engine image staged, two workers without any kit: then one timed `stage kit`."""
     proc = lab.run_sparkctl("provision", timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     proc = lab.run_sparkctl("down", timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    # The engine image on every node (where the kit's build steps run): the workers' fresh kit is
+    # then built as it arrives, and the re-run below finds nothing to do. After test_image.py in the
+    # stream both stages are fast no-ops.
+    lab.stage_runtime()
     kit = _kit(lab)
     for node in lab.nodes[2:]:
         lab.ssh(node, f"rm -rf {shlex.quote(kit['store'])}")

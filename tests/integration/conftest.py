@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -240,6 +240,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 # a lab that cannot be rebuilt fails that test, and the rest of the stream is skipped with that
 # one reason instead of failing one by one on a missing inventory.
 _guard: Guard | None = None  # the lab fixture's, while the lab is up
+# A shape module (one whose module declares SHAPE: test_shape_*.py) brings its stream's lab up in
+# that shape and leaves it so; the first test after it that is not a shape module's gets the
+# default four-node lab back first (the lab fixture's reshape). A stream that ends with a shape
+# module, or two shape modules in a row, then costs no rebuild back in between.
+_reshape: Callable[[], str | None] | None = None
 
 
 class LabRebuilt(UserWarning):
@@ -262,6 +267,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if line:
         sys.stderr.write(f"\n{line}\n")
         warnings.warn(LabRebuilt(line), stacklevel=1)
+    if _reshape is not None and getattr(item.module, "SHAPE", None) is None:
+        back = _reshape()
+        if back:
+            sys.stderr.write(f"\n{back} (before {item.nodeid})\n")
 
 
 @pytest.hookimpl(trylast=True)
@@ -658,14 +667,27 @@ def lab() -> Iterator[Lab]:
         _last_stage = None  # a rebuilt node may have lost what was staged
         _default_checkpoint(handle.checkpoint_dir)
 
+    def reshape() -> str | None:
+        """The default shape back, where a shape module left the lab in its own (what was done)."""
+        global _last_stage
+        shape = control.recorded_shape()
+        if shape == topology.DEFAULT_SHAPE:
+            return None
+        default = topology.node_names(topology.get_shape(topology.DEFAULT_SHAPE))
+        control.up(LAB_INVENTORY, dict.fromkeys(default, gib) if gib else None, shape=topology.DEFAULT_SHAPE)
+        _last_stage = None  # a new lab: nothing staged
+        _default_checkpoint(handle.checkpoint_dir)
+        return f"lab brought back from {shape} to {topology.DEFAULT_SHAPE}"
+
     from sparkctl_lab.guard import Guard, damage
 
-    global _guard
+    global _guard, _reshape
     _guard = Guard(check=lambda: damage(LAB_INVENTORY), rebuild=rebuild)
+    _reshape = reshape
     try:
         yield handle
     finally:
-        _guard = None
+        _guard = _reshape = None
         me.unlink(missing_ok=True)
     if keep or other_lab_users():
         sys.stderr.write(f"\nlab left up (SPARKCTL_LAB_KEEP=1 or another session uses it): {LAB_INVENTORY}\n")

@@ -187,3 +187,48 @@ def test_unit_and_cli_tests_take_their_helpers_from_tests_support() -> None:
              for path in sorted([*(TESTS / "unit").glob("*.py"), *(TESTS / "cli").glob("*.py")])
              for line, what in _helper_problems(ast.parse(path.read_text()))]
     assert not found, "\n".join(found)
+
+
+def test_a_shape_module_declares_its_shape_and_leaves_the_lab_in_it() -> None:
+    """The integration conftest brings the four-node lab back before a test of a module without a
+    module-level SHAPE: each shape module must declare one, and none rebuilds the lab back itself
+    (that rebuild, at the end of a stream, was paid for nothing)."""
+    for path in sorted((TESTS / "integration").glob("test_shape_*.py")):
+        tree = ast.parse(path.read_text())
+        shape = [node for node in tree.body if isinstance(node, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "SHAPE" for t in node.targets)]
+        assert shape, f"{path.name} declares no SHAPE"
+        assert "recorded_shape()" not in path.read_text(), f"{path.name} still rebuilds the shape it found"
+
+
+def test_the_lab_gets_its_default_shape_back_before_a_test_outside_the_shape_modules(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+    import types
+
+    monkeypatch.setenv("SPARKCTL_LAB_INSTANCE", "0")  # what the conftest sets on import, put back after
+    monkeypatch.syspath_prepend(str(TESTS))
+    spec = importlib.util.spec_from_file_location("integration_conftest",
+                                                  TESTS / "integration" / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    conftest = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "integration_conftest", conftest)
+    spec.loader.exec_module(conftest)
+
+    class Guard:
+        broken = None
+
+        def before(self, nodeid: str) -> None:
+            return None
+
+    calls: list[str] = []
+    monkeypatch.setattr(conftest, "_guard", Guard())
+    monkeypatch.setattr(conftest, "_reshape", lambda: calls.append("reshape") or None)
+
+    def item(module: types.SimpleNamespace, nodeid: str) -> types.SimpleNamespace:
+        return types.SimpleNamespace(fixturenames=("lab",), module=module, nodeid=nodeid)
+
+    conftest.pytest_runtest_setup(item(types.SimpleNamespace(SHAPE="ring"), "test_shape_ring_lab.py::t"))
+    assert calls == []
+    conftest.pytest_runtest_setup(item(types.SimpleNamespace(), "test_serve.py::t"))
+    assert calls == ["reshape"]

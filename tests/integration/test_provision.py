@@ -71,21 +71,26 @@ def test_nodes_are_configured(lab: Any, provisioned: dict[str, Any]) -> None:
     assert hop.stdout.strip() == "spark-3", hop.stderr
 
 
-def test_check_fabric_passes(lab: Any, provisioned: dict[str, Any]) -> None:
+@pytest.fixture(scope="module")
+def fabric_checked(lab: Any, provisioned: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """One `check fabric` of the provisioned lab (its exit code and document), read by two tests."""
     proc = lab.run_sparkctl("check", "fabric", json_out=True, timeout=300)
-    doc = _json(proc)
-    assert proc.returncode == 0, doc["problems"]
+    return proc.returncode, _json(proc)
+
+
+def test_check_fabric_passes(fabric_checked: tuple[int, dict[str, Any]]) -> None:
+    rc, doc = fabric_checked
+    assert rc == 0, doc["problems"]
     assert len(doc["pairs"]) == 24 and all(p["ok"] for p in doc["pairs"])
     assert any(s.startswith("ib_write_bw per pair: skipped: no RDMA device") for s in doc["skipped"])
     assert not any(s.endswith(": ok") for s in doc["skipped"])
 
 
-def test_check_fabric_pings_the_rendered_matrix(lab: Any, provisioned: dict[str, Any]) -> None:
+def test_check_fabric_pings_the_rendered_matrix(lab: Any, fabric_checked: tuple[int, dict[str, Any]]) -> None:
     """The probe sends the pings sparkctl renders (sparkctl_cluster.fabric_check): on the switched lab
     every ordered pair over every half, each ping labelled with the peer's port and the half's subnet."""
-    proc = lab.run_sparkctl("check", "fabric", json_out=True, timeout=300)
-    doc = _json(proc)
-    assert proc.returncode == 0, doc["problems"]
+    rc, doc = fabric_checked
+    assert rc == 0, doc["problems"]
     assert doc["absent"] == []
     matrix = fabric.check_matrix(load_inventory(lab.inventory))
     sent = sorted((p["src"], p["dst"], p["netdev"], p["dst_netdev"], p["subnet"]) for p in doc["pairs"])

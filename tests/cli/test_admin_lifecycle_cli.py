@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from support.runner import Outcome
 from support.serve_site import Site
+from support.text import flat
 
 from sparkctl.ansible import results, runner
 from sparkctl.cli import common
@@ -86,10 +87,6 @@ def _open_breaker_and_pause(site: Site) -> None:
     events.pause(site.cluster.name, "sparkctl down")
 
 
-def _flat(text: str) -> str:
-    return " ".join(text.replace("│", " ").split())
-
-
 def test_upgrade_holds_the_lock_pauses_healing_and_resumes_it_after_its_gated_up(
         run_cli: Any, site: Site) -> None:
     seen = Seen(site)
@@ -108,7 +105,7 @@ def test_upgrade_holds_the_lock_pauses_healing_and_resumes_it_after_its_gated_up
     assert events.lifecycle_busy(name) is None
     assert events.admin_record(name)["state"] == "resumed"
     assert {st.unit for st in site.nodes.state.values()} == {"active"}  # the gated up ran
-    assert "healing resumed, circuit breaker closed (it was open), restart count reset" in _flat(res.out)
+    assert "healing resumed, circuit breaker closed (it was open), restart count reset" in flat(res.out)
     kinds = [r["kind"] for r in events.EventLog(name).read()]
     assert "autostart" not in kinds and kinds[-1] == "admin-upgrade"
 
@@ -129,7 +126,7 @@ def test_a_failed_upgrade_leaves_healing_paused_with_its_reason(run_cli: Any, si
     seen.check("upgrade")
     pause = events.paused(site.cluster.name)
     assert pause is not None and "`sparkctl upgrade` failed: upgrade stopped at spark-2" in pause["why"]
-    assert "healing paused until the next `sparkctl up`" in _flat(res.out)
+    assert "healing paused until the next `sparkctl up`" in flat(res.out)
     assert {st.unit for st in site.nodes.state.values()} == {"inactive"}  # no up, no autostart
 
 
@@ -141,7 +138,7 @@ def test_reset_holds_the_lock_and_leaves_healing_paused(run_cli: Any, site: Site
     seen.check("reset")
     pause = events.paused(site.cluster.name)
     assert pause is not None and "`sparkctl reset` removed the ranks" in pause["why"]
-    assert "healing paused until the next `sparkctl up`" in _flat(res.out)
+    assert "healing paused until the next `sparkctl up`" in flat(res.out)
     assert events.lifecycle_busy(site.cluster.name) is None
 
 
@@ -166,7 +163,7 @@ def test_a_refused_or_declined_up_leaves_the_pause_and_the_breaker_as_they_were(
     assert events.paused(site.cluster.name) == before
     assert events.load_breaker(site.cluster.name).is_open
     assert "healing left as it was before `sparkctl up`: paused (sparkctl down); circuit breaker open" in (
-        _flat(res.out))
+        flat(res.out))
     assert site.books() == []
 
 
@@ -176,4 +173,4 @@ def test_a_successful_up_resumes_healing_and_closes_the_breaker(run_cli: Any, si
     res = run_cli("-i", str(site.inventory), "up", "--yes")
     assert res.code == EXIT_OK, res.err
     assert events.paused(site.cluster.name) is None and not events.load_breaker(site.cluster.name).is_open
-    assert "healing resumed" in _flat(res.out)
+    assert "healing resumed" in flat(res.out)

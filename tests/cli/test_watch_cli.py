@@ -13,6 +13,7 @@ import pytest
 import yaml
 from support import gates_fakes as fakes
 from support.serve_site import Site
+from support.text import flat
 
 from sparkctl.cli import watch
 from sparkctl.errors import EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE
@@ -48,11 +49,6 @@ def _sleeps(monkeypatch: pytest.MonkeyPatch, each: Any) -> list[float]:
     return slept
 
 
-def _flat(text: str) -> str:
-    """An error panel's text on one line (the panel wraps it and draws borders)."""
-    return " ".join(text.replace("│", " ").split())
-
-
 def _events(run_cli: Any, site: Any) -> list[dict[str, Any]]:
     res = run_cli("-i", str(site.inventory), "events", "--json", "-n", "100")
     assert res.code == EXIT_OK, res.err
@@ -71,7 +67,7 @@ def test_a_failed_rank_restarts_the_group_in_order_then_the_breaker_opens_and_st
     _sleeps(monkeypatch, kill_again)
     res = run_cli("-i", str(site.inventory), "watch")
     assert res.code == EXIT_UNHEALTHY, res.err
-    assert "circuit breaker open since" in _flat(res.err) and "sparkctl up" in _flat(res.err)
+    assert "circuit breaker open since" in flat(res.err) and "sparkctl up" in flat(res.err)
     # One restart (down, then the gated up), then the breaker: down, and it stays down. Every node
     # answers, so each `down` stops the ranks over SSH (four stop scripts) instead of down.yml.
     assert site.books() == ["up.yml"]
@@ -127,7 +123,7 @@ def test_a_second_watch_is_refused(run_cli: Any, site: Any) -> None:
     with events.single_watch(site.cluster.name):
         res = run_cli("-i", str(site.inventory), "watch")
     assert res.code == EXIT_USAGE
-    assert "another supervisor already watches" in _flat(res.err) and "pid" in res.err
+    assert "another supervisor already watches" in flat(res.err) and "pid" in res.err
     assert site.books() == []
 
 
@@ -140,7 +136,7 @@ def test_install_without_systemd_says_so_and_writes_nothing(
     monkeypatch.setattr(watchunit, "systemd_running", lambda: False)
     res = run_cli("-i", str(site.inventory), "watch", "--install")
     assert res.code == EXIT_USAGE
-    assert "does not run systemd as PID 1" in _flat(res.err) and "nothing was written" in _flat(res.err)
+    assert "does not run systemd as PID 1" in flat(res.err) and "nothing was written" in flat(res.err)
     assert list(units.iterdir()) == []
 
 

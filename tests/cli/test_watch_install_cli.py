@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from support.serve_site import Site
+from support.text import flat
 
 from sparkctl.ansible import content
 from sparkctl.errors import EXIT_OK, EXIT_USAGE, InputError
@@ -24,10 +25,6 @@ ADMIN_UID = 4242
 @pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     return Site(tmp_path, monkeypatch)
-
-
-def _flat(text: str) -> str:
-    return " ".join(text.replace("│", " ").split())
 
 
 def _account(name: str, uid: int, home: Path) -> pwd.struct_passwd:
@@ -122,15 +119,15 @@ def test_root_that_cannot_name_the_admin_is_refused_and_nothing_is_written(
     for argv in (["--install"], ["--print-unit"]):
         res = run_cli("-i", str(site.inventory), "watch", *argv)
         assert res.code == EXIT_USAGE, res.out
-        assert "cannot tell which admin" in _flat(res.err)
-        assert "--user NAME" in _flat(res.err)
+        assert "cannot tell which admin" in flat(res.err)
+        assert "--user NAME" in flat(res.err)
     assert list(units.iterdir()) == []
     # An explicit --user names the account (root included, if the admin insists).
     res = run_cli("-i", str(site.inventory), "watch", "--print-unit", "--user", "bob")
     assert res.code == EXIT_OK, res.err
     assert "User=bob" in res.out and f"HOME={tmp_path / 'home' / 'bob'}" in res.out
     res = run_cli("-i", str(site.inventory), "watch", "--print-unit", "--user", "nobody-here")
-    assert res.code == EXIT_USAGE and "no such account" in _flat(res.err)
+    assert res.code == EXIT_USAGE and "no such account" in flat(res.err)
 
 
 def test_code_another_account_can_change_is_refused(
@@ -140,7 +137,7 @@ def test_code_another_account_can_change_is_refused(
     hosts.chmod(hosts.stat().st_mode | 0o002)
     res = run_cli("-i", str(site.inventory), "watch", "--print-unit")
     assert res.code == EXIT_USAGE
-    assert "another account than alice and root can change" in _flat(res.err)
+    assert "another account than alice and root can change" in flat(res.err)
     alice = watchunit.unit_account()
     with pytest.raises(InputError) as exc:
         watchunit.check_not_writable_by_others(alice, [site.inventory])

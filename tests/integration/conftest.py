@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from support import shape_lab
 
 if TYPE_CHECKING:  # sparkctl_lab is imported only after _lab_instance() chose the lab
     from sparkctl_lab.guard import Guard
@@ -661,22 +662,24 @@ def lab() -> Iterator[Lab]:
     handle = Lab(inventory=LAB_INVENTORY, nvme_gib=gibs.pop() if len(gibs) == 1 else None)
     _default_checkpoint(handle.checkpoint_dir)
 
-    def rebuild() -> None:
+    def fresh_nodes() -> None:
+        """After nodes were built again: nothing counts as staged, the checkpoint is the default."""
         global _last_stage
-        control.up(LAB_INVENTORY, None if control.is_up() else sizes)
-        _last_stage = None  # a rebuilt node may have lost what was staged
+        _last_stage = None
         _default_checkpoint(handle.checkpoint_dir)
+
+    def rebuild() -> None:
+        control.up(LAB_INVENTORY, None if control.is_up() else sizes)
+        fresh_nodes()
 
     def reshape() -> str | None:
         """The default shape back, where a shape module left the lab in its own (what was done)."""
-        global _last_stage
         shape = control.recorded_shape()
         if shape == topology.DEFAULT_SHAPE:
             return None
-        default = topology.node_names(topology.get_shape(topology.DEFAULT_SHAPE))
-        control.up(LAB_INVENTORY, dict.fromkeys(default, gib) if gib else None, shape=topology.DEFAULT_SHAPE)
-        _last_stage = None  # a new lab: nothing staged
-        _default_checkpoint(handle.checkpoint_dir)
+        default = topology.DEFAULT_SHAPE
+        control.up(LAB_INVENTORY, shape_lab.sizes(handle, default), shape=default)
+        fresh_nodes()
         return f"lab brought back from {shape} to {topology.DEFAULT_SHAPE}"
 
     from sparkctl_lab.guard import Guard, damage

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import pytest
+from support.text import flat
 
 pytestmark = pytest.mark.integration
 
@@ -32,11 +33,6 @@ def _stage(lab: Any, *args: str) -> tuple[int, dict[str, Any], str]:
     proc = lab.run_sparkctl("stage", "kit", *args, json_out=True, timeout=900)
     doc = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
     return proc.returncode, doc, proc.stderr
-
-
-def _flat(text: str) -> str:
-    """A rich error box as one line (borders dropped, wrapped lines joined at their spaces)."""
-    return " ".join(" ".join(line.strip("│╭╰─ ") for line in text.splitlines()).split())
 
 
 def _sha(lab: Any, node: str, path: str) -> str:
@@ -106,14 +102,14 @@ def _damage_named_and_refused(
     named = refused + detail.format(good=good, bad=bad)
     try:
         rc, _, err = _stage(lab, "--verify-only")
-        text = _flat(err)
+        text = flat(err)
         assert rc == 1, err
         assert named in text, err
         assert not any(f"{other}: kit" in text for other in lab.nodes if other != node), err
 
         proc = lab.run_sparkctl("up", "--yes", timeout=900)
         assert proc.returncode == 1, proc.stderr[-3000:]
-        assert refused in _flat(proc.stderr), proc.stderr[-3000:]
+        assert refused in flat(proc.stderr), proc.stderr[-3000:]
         for n in lab.nodes:  # nothing was started
             assert lab.ssh(n, "docker ps -q").stdout.strip() == "", n
     finally:

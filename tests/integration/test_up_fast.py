@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from support.text import flat
 
 if TYPE_CHECKING:
     from conftest import Lab
@@ -31,10 +32,6 @@ ENV = "/etc/sparkctl/rank.env"
 def _ok(proc: Any, what: str) -> None:
     assert proc.returncode == 0, (
         f"{what} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-
-
-def _flat(text: str) -> str:
-    return " ".join(" ".join(line.strip("│╭╰─ ") for line in text.splitlines()).split())
 
 
 def _up(lab: Lab, *args: str) -> dict[str, Any]:
@@ -65,7 +62,7 @@ def installed(lab: Lab) -> Iterator[Lab]:
 def test_nothing_changed_starts_over_ssh_workers_first(installed: Lab) -> None:
     doc = _up(installed)
     assert doc["start"]["path"] == "fast", doc["start"]
-    assert "starting over SSH without the playbook" in _flat(doc["stderr"])
+    assert "starting over SSH without the playbook" in flat(doc["stderr"])
     t = doc["timeline"]
     assert t["last_start_s"] < t["ready_s"] < t["done_s"]
     nodes = installed.nodes
@@ -81,7 +78,7 @@ def test_a_changed_env_file_runs_the_playbook_which_repairs_it(installed: Lab) -
     doc = _up(installed)
     assert doc["start"]["path"] == "playbook"
     assert doc["start"]["reasons"] == [f"{node}: {ENV} differs from the rendered file"], doc["start"]
-    assert f"running playbooks/up.yml: {node}: {ENV} differs from the rendered file" in _flat(doc["stderr"])
+    assert f"running playbooks/up.yml: {node}: {ENV} differs from the rendered file" in flat(doc["stderr"])
     assert installed.ssh(node, f"sha256sum {ENV}").stdout.split()[0] == good
     assert _up(installed)["start"]["path"] == "fast"  # repaired: the next up needs no playbook
 
@@ -98,11 +95,11 @@ def test_a_changed_kit_file_still_stops_the_start(installed: Lab) -> None:
     installed.ssh(node, f"printf X | dd of={shlex.quote(path)} bs=1 seek=0 conv=notrunc status=none")
     try:
         proc = installed.run_sparkctl("up", "--yes", timeout=900)
-        text = _flat(proc.stderr + proc.stdout)
+        text = flat(proc.stderr + proc.stdout)
         assert proc.returncode == 1, text[-3000:]
         assert f"running playbooks/up.yml: {node}: kit {kit['commit']} fails verification: {rel}: content " \
                f"differs" in text, text[-3000:]
-        assert f"{node}: kit {kit['commit']} fails verification: {rel}" in _flat(proc.stderr), text[-3000:]
+        assert f"{node}: kit {kit['commit']} fails verification: {rel}" in flat(proc.stderr), text[-3000:]
         for n in installed.nodes:  # nothing was started
             assert installed.ssh(n, "docker ps -q").stdout.strip() == "", n
     finally:
@@ -116,7 +113,7 @@ def test_a_changed_kit_file_still_stops_the_start(installed: Lab) -> None:
 def _fails_in_prestart(lab: Lab, proc: Any, node: str | None, check: str) -> str:
     """`up` exited 1 at the pre-start gate naming ``node`` (any node when None) and a failed
     ``check`` line; no rank container is left on any node. Returns the node named."""
-    text = _flat(proc.stderr + proc.stdout)
+    text = flat(proc.stderr + proc.stdout)
     assert proc.returncode == 1, text[-3000:]
     assert "failed at the gate 'kit pre-start checks' on " in text, text[-3000:]
     named = text.split("failed at the gate 'kit pre-start checks' on ", 1)[1].split(":", 1)[0]
@@ -145,7 +142,7 @@ def test_a_drifted_checkpoint_config_on_one_node_stops_up_in_its_prestart(instal
         proc = installed.run_sparkctl("up", "--yes", timeout=900)
         _fails_in_prestart(installed, proc, node, "model-config")
         sub = PurePosixPath(str(cluster.paths.model_dir)).name
-        assert f"model-config /models/{sub}/config.json expected" in _flat(proc.stderr)
+        assert f"model-config /models/{sub}/config.json expected" in flat(proc.stderr)
     finally:
         installed.ssh(node, f"echo {saved} | base64 -d > {shlex.quote(config)}")
     assert _up(installed)["start"]["path"] == "fast"
@@ -166,7 +163,7 @@ def test_an_image_commit_other_than_the_locks_stops_up_in_the_prestart(
     proc = subprocess.run([sys.executable, "-m", "sparkctl", "-i", str(site), "up", "--yes"],
                           capture_output=True, text=True, timeout=900, cwd=REPO)
     _fails_in_prestart(installed, proc, None, "sglang-commit")
-    assert f"expected {'0' * 40}" not in _flat(proc.stderr)  # the lock's commit is expected, not ours
-    assert f"actual {'0' * 40}" in _flat(proc.stderr)
+    assert f"expected {'0' * 40}" not in flat(proc.stderr)  # the lock's commit is expected, not ours
+    assert f"actual {'0' * 40}" in flat(proc.stderr)
     up = _up(installed)  # the lab inventory again: its env file is put back by the playbook
     assert up["start"]["path"] == "playbook"

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from support.text import flat
 
 if TYPE_CHECKING:
     from conftest import Lab
@@ -144,11 +145,6 @@ def _task_results(artifacts: Path, task: str) -> list[tuple[int, str, bool]]:
         if ev.get("event") == "runner_on_ok" and data.get("task") == task:
             out.append((ev["counter"], data["host"], bool((data.get("res") or {}).get("changed"))))
     return sorted(out)
-
-
-def _flat(text: str) -> str:
-    """Rich output as one line (box borders dropped, wrapped lines joined at their spaces)."""
-    return " ".join(" ".join(line.strip("│╭╰─ ") for line in text.splitlines()).split())
 
 
 def _at(record: dict[str, Any]) -> float:
@@ -261,7 +257,7 @@ def test_upgrade_under_a_running_watch_with_autostart(lab: Lab, site: Site,
         failed = site.sparkctl("upgrade", "--yes")
         end = time.time()
         assert failed.returncode == 1, _said(failed)
-        said = _flat(failed.stderr)
+        said = flat(failed.stderr)
         assert "upgrade stopped at spark-2" in said, said
         assert "spark-2 came back with a different identity: os is" in said, said
         assert "nodes left untouched: spark-3" in said, said

@@ -5,6 +5,7 @@ run deselects them, and a collection without errors."""
 from __future__ import annotations
 
 import ast
+import io
 import os
 import subprocess
 import sys
@@ -187,6 +188,29 @@ def test_unit_and_cli_tests_take_their_helpers_from_tests_support() -> None:
              for path in sorted([*(TESTS / "unit").glob("*.py"), *(TESTS / "cli").glob("*.py")])
              for line, what in _helper_problems(ast.parse(path.read_text()))]
     assert not found, "\n".join(found)
+
+
+def test_rich_output_is_read_flat_by_one_helper() -> None:
+    """Every test that reads a message out of a rich panel uses support.text.flat; none keeps a copy
+    (there were six, in two variants)."""
+    copies = [f"{path.relative_to(REPO)}:{node.lineno}"
+              for path in sorted(TESTS.rglob("test_*.py"))
+              for node in ast.walk(ast.parse(path.read_text()))
+              if isinstance(node, ast.FunctionDef) and node.name in ("_flat", "flat")]
+    assert not copies, copies
+
+
+def test_flat_reads_a_wrapped_panel_as_the_line_the_product_wrote() -> None:
+    from rich.console import Console
+    from rich.panel import Panel
+    from support.text import flat
+
+    message = "spark-1: kit 0123abcd fails verification: lib/row_store.so differs — run `sparkctl stage kit`"
+    console = Console(width=40, record=True, file=io.StringIO())
+    console.print(Panel(message, title="error"))
+    drawn = console.export_text()
+    assert message not in drawn and "│" in drawn  # wrapped inside the box
+    assert message in flat(drawn)
 
 
 def test_a_shape_module_declares_its_shape_and_leaves_the_lab_in_it() -> None:

@@ -20,17 +20,19 @@ Tests marked ``lab_last`` run after every other test of the session (e.g. the `d
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import platform
+import resource
 import shlex
 import shutil
 import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,6 +161,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # line per test (worker, start time, wall seconds, busy core-seconds): a test with much wall time
 # and little CPU is waiting (timers, boots), one near the core count is compute-bound. Under xdist
 # the busy figure is the whole machine's, every stream's share in it.
+# A test's own share is its stream's CPU over the test (setup and teardown included): the stream's
+# process and every child it reaped (sparkctl, ansible-playbook and its workers, ssh), plus its
+# lab's machines (their cgroup's cpuacct). The summary adds it up by module, costliest first.
 
 
 def _busy_core_seconds() -> float | None:
@@ -170,7 +175,33 @@ def _busy_core_seconds() -> float | None:
     return (sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)) / os.sysconf("SC_CLK_TCK")
 
 
+def _stream_core_seconds() -> float:
+    """This stream's CPU so far: this process, the children it reaped, and its lab's machines."""
+    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    used = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+    if "sparkctl_lab" in sys.modules:  # imported once the lab fixture chose the lab
+        from sparkctl_lab import host, machines
+
+        for cgroup in host.cgroup_dirs(machines.CGROUP_PARENT):
+            with contextlib.suppress(OSError, ValueError):
+                used += int((cgroup / "cpuacct.usage").read_text()) / 1e9
+    return used
+
+
+def module_costs(reports: Iterable[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
+    """(module, wall s, stream core-seconds) for (nodeid, wall, core-seconds) per test phase,
+    costliest module first."""
+    costs: dict[str, list[float]] = {}
+    for nodeid, wall, core_s in reports:
+        acc = costs.setdefault(nodeid.split("::")[0].rsplit("/", 1)[-1], [0.0, 0.0])
+        acc[0] += wall
+        acc[1] += core_s
+    return sorted(((m, w, c) for m, (w, c) in costs.items()), key=lambda row: -row[2])
+
+
 _cpu_marks: dict[str, tuple[float, float]] = {}
+_stream_marks: dict[str, float] = {}
+_phase_costs: list[tuple[str, float, float]] = []
 _config: pytest.Config | None = None
 _session_mark: tuple[float, float] | None = None
 
@@ -186,7 +217,23 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     _session_mark = None if busy is None else (time.monotonic(), busy)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Each phase's report carries the stream's CPU over that phase (``stream_core_s``), which
+    xdist hands to the controller with the report."""
+    outcome = yield
+    if _xdist_controller():
+        return
+    now = _stream_core_seconds()
+    before = _stream_marks.get(item.nodeid)
+    _stream_marks[item.nodeid] = now
+    if before is not None:
+        outcome.get_result().stream_core_s = round(now - before, 2)  # type: ignore[attr-defined]
+
+
 def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    if not _xdist_controller():
+        _stream_marks[nodeid] = _stream_core_seconds()
     busy = _busy_core_seconds() if os.environ.get("SPARKCTL_TEST_CPU_LOG") else None
     if busy is not None and not _xdist_controller():
         _cpu_marks[nodeid] = (time.monotonic(), busy)
@@ -210,6 +257,9 @@ _stream_spans: dict[str, list[float]] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    core_s = getattr(report, "stream_core_s", None)
+    if isinstance(core_s, (int, float)):
+        _phase_costs.append((report.nodeid, report.duration, float(core_s)))
     worker = getattr(getattr(report, "node", None), "gateway", None)
     if worker is None:
         return
@@ -231,6 +281,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         )
     for stream, (first, last) in sorted(_stream_spans.items()):
         terminalreporter.write_line(f"{stream}: {last - first:.0f} s")
+    costs = module_costs(_phase_costs)
+    if costs:
+        total = sum(c for _, _, c in costs)
+        terminalreporter.write_line(f"each module's own CPU (its stream and its lab's machines), {total:.0f} "
+                                    "core-seconds in all:")
+        for module, wall, core_s in costs:
+            share = 100 * core_s / total
+            terminalreporter.write_line(f"  {core_s:7.0f} core-s {share:4.1f} %  {wall:6.0f} s  {module}")
 
 
 # --- one broken lab never takes the rest of its stream with it ----------------------------------

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -225,10 +226,8 @@ def test_a_shape_module_declares_its_shape_and_leaves_the_lab_in_it() -> None:
         assert "recorded_shape()" not in path.read_text(), f"{path.name} still rebuilds the shape it found"
 
 
-def test_the_lab_gets_its_default_shape_back_before_a_test_outside_the_shape_modules(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def _integration_conftest(monkeypatch: pytest.MonkeyPatch) -> Any:
     import importlib.util
-    import types
 
     monkeypatch.setenv("SPARKCTL_LAB_INSTANCE", "0")  # what the conftest sets on import, put back after
     monkeypatch.syspath_prepend(str(TESTS))
@@ -238,6 +237,14 @@ def test_the_lab_gets_its_default_shape_back_before_a_test_outside_the_shape_mod
     conftest = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "integration_conftest", conftest)
     spec.loader.exec_module(conftest)
+    return conftest
+
+
+def test_the_lab_gets_its_default_shape_back_before_a_test_outside_the_shape_modules(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    conftest = _integration_conftest(monkeypatch)
 
     class Guard:
         broken = None
@@ -256,3 +263,19 @@ def test_the_lab_gets_its_default_shape_back_before_a_test_outside_the_shape_mod
     assert calls == []
     conftest.pytest_runtest_setup(item(types.SimpleNamespace(), "test_serve.py::t"))
     assert calls == ["reshape"]
+
+
+def test_the_lab_summary_adds_each_phase_cpu_to_its_module_costliest_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    conftest = _integration_conftest(monkeypatch)
+    phases = [("tests/integration/test_kit.py::test_a", 30.0, 50.0),   # setup
+              ("tests/integration/test_kit.py::test_a", 10.0, 12.5),   # call
+              ("tests/integration/test_lab.py::test_b", 5.0, 4.0),
+              ("tests/integration/test_kit.py::test_c[x]", 1.0, 0.5),
+              ("tests/integration/test_serve.py::test_d", 60.0, 90.0)]
+    assert conftest.module_costs(phases) == [("test_serve.py", 60.0, 90.0), ("test_kit.py", 41.0, 63.0),
+                                             ("test_lab.py", 5.0, 4.0)]
+    # The stream's CPU counts what this process and the children it reaped used.
+    before = conftest._stream_core_seconds()
+    subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)
+    assert conftest._stream_core_seconds() - before >= 0.05

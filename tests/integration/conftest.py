@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from support import shape_lab
 
 if TYPE_CHECKING:  # sparkctl_lab is imported only after _lab_instance() chose the lab
     from sparkctl_lab.guard import Guard
@@ -735,6 +734,8 @@ def lab() -> Iterator[Lab]:
         shape = control.recorded_shape()
         if shape == topology.DEFAULT_SHAPE:
             return None
+        from support import shape_lab  # tests/ is on sys.path under pytest's pythonpath
+
         default = topology.DEFAULT_SHAPE
         control.up(LAB_INVENTORY, shape_lab.sizes(handle, default), shape=default)
         fresh_nodes()

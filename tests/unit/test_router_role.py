@@ -171,3 +171,31 @@ def test_the_key_is_written_0600_exactly_then_left_alone(run: Run, example_copy:
     assert dest.read_text() == KEY
     assert run.play_once(values=values, play=play, more=more, key=KEY + "-rotated")[0] == 1
     assert dest.read_text() == KEY + "-rotated"
+
+
+def _key_script(dest: Path) -> str:
+    """The key task's shell text as a check-mode run renders it for ``dest``."""
+    tasks = yaml.safe_load((REPO / "roles" / "spark_router" / "tasks" / "key.yml").read_text())
+    task = next(t for t in tasks if "ansible.builtin.shell" in t and "stdin" in t["ansible.builtin.shell"])
+    text = task["ansible.builtin.shell"]["cmd"]
+    text = text.replace("{{ spark_router_values.key_file | quote }}", str(dest))
+    text = text.replace("{{ ansible_check_mode | string | quote }}", "True")
+    assert "{{" not in text, text
+    return text
+
+
+def test_check_mode_without_the_directory_reads_the_key_before_it_answers(tmp_path: Path) -> None:
+    """The branch for a node whose configuration directory is not there yet answered before reading
+    its stdin: when the shell was gone before the module wrote the key, the task failed with a
+    broken pipe (the role test above failed so once, in check mode). Here the key is written
+    only after the shell had every chance to finish: it must still be waiting for it."""
+    proc = subprocess.Popen(["bash", "-c", _key_script(tmp_path / "absent" / "router-api-key")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.0)  # it waits for the key
+        out, _ = proc.communicate("sk-router-test-9d2e", timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and out.strip() == "changed"
+    assert not (tmp_path / "absent").exists()

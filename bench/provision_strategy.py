@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""`sparkctl provision --full` on the lab through Mitogen (the default strategy) against plain linear.
+"""`sparkctl provision --full` on the lab through Mitogen (the default strategy) against plain linear,
+and against the default with every task sent to a worker (no false `when` skipped on the controller).
 
 `--full` runs every role's probes on every node (185 tasks over four nodes and the switch, nothing
 to change), so it measures what a playbook run costs per task. The default is ansible.cfg's
 ``sparkctl_linear`` strategy, which runs through Mitogen when it is installed
-(plugins/strategy/sparkctl_linear.py); ``ANSIBLE_STRATEGY=linear`` is the same run without Mitogen.
-The two variants interleave, so load on this machine hits both alike. Every run must exit 0 and
+(plugins/strategy/sparkctl_linear.py); ``ANSIBLE_STRATEGY=linear`` is the same run without Mitogen,
+and ``SPARKCTL_SKIP_IN_WORKER=1`` the default forking a worker for a task it could skip itself.
+The variants interleave, so load on this machine hits both alike. Every run must exit 0 and
 change nothing. Measured per run: wall seconds and the machine's busy core-seconds (/proc/stat: the
 controller, ssh and the nodes together).
 
-Prints each run and one JSON line: medians with min/max and every run, and the ratios linear / Mitogen.
+Prints each run and one JSON line: medians with min/max and every run, and the ratios linear / Mitogen
+and skipped-in-a-worker / Mitogen.
 Usage (root, lab up and provisioned):  python3 bench/provision_strategy.py [-n 5]
 """
 
@@ -28,7 +31,8 @@ from _stats import spread  # the one median/min/max summary of bench/
 
 REPO = Path(__file__).resolve().parents[1]
 INVENTORY = REPO / "inventory" / "lab"
-VARIANTS: dict[str, dict[str, str]] = {"mitogen": {}, "linear": {"ANSIBLE_STRATEGY": "linear"}}
+VARIANTS: dict[str, dict[str, str]] = {"mitogen": {}, "linear": {"ANSIBLE_STRATEGY": "linear"},
+                                       "skip_in_worker": {"SPARKCTL_SKIP_IN_WORKER": "1"}}
 
 
 def busy_core_seconds() -> float:
@@ -68,15 +72,18 @@ def main() -> int:
             runs[variant]["busy_core_s"].append(cpu)
             print(f"{variant:8} {i + 1}: {wall:5.1f} s wall, {cpu:5.1f} busy core-s", flush=True)
     report = {v: {k: spread(xs, runs=True) for k, xs in m.items()} for v, m in runs.items()}
-    ratios = {k: round(report["linear"][k]["median"] / report["mitogen"][k]["median"], 2)
-              for k in ("wall_s", "busy_core_s")}
-    mit, lin = report["mitogen"], report["linear"]
+    def over_default(variant: str) -> dict[str, float]:
+        return {k: round(report[variant][k]["median"] / report["mitogen"][k]["median"], 2)
+                for k in ("wall_s", "busy_core_s")}
+
+    ratios, in_worker = over_default("linear"), over_default("skip_in_worker")
+    mit, lin, wrk = report["mitogen"], report["linear"], report["skip_in_worker"]
     print(f"provision --full through Mitogen: {mit['wall_s']['median']} s wall, "
           f"{mit['busy_core_s']['median']} core-s; linear: {lin['wall_s']['median']} s, "
-          f"{lin['busy_core_s']['median']} core-s "
-          f"(linear / Mitogen: {ratios})")
+          f"{lin['busy_core_s']['median']} core-s (linear / Mitogen: {ratios}); every skip in a worker: "
+          f"{wrk['wall_s']['median']} s, {wrk['busy_core_s']['median']} core-s (/ Mitogen: {in_worker})")
     print(json.dumps({"bench": "provision_strategy", "repeat": args.repeat, **report,
-                      "linear_over_mitogen": ratios}))
+                      "linear_over_mitogen": ratios, "skip_in_worker_over_mitogen": in_worker}))
     return 0
 
 

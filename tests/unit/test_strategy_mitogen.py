@@ -28,7 +28,7 @@ def test_ansible_cfg_selects_the_plugin_from_the_tree() -> None:
 
 
 def _load_plugin(block_mitogen: bool) -> str:
-    """The module the plugin's StrategyModule comes from, loaded in a fresh interpreter."""
+    """The module the plugin's StrategyModule builds on (BASE), loaded in a fresh interpreter."""
     code = textwrap.dedent(f"""
         import importlib.util, sys
         if {block_mitogen!r}:
@@ -36,7 +36,7 @@ def _load_plugin(block_mitogen: bool) -> str:
         spec = importlib.util.spec_from_file_location("sparkctl_linear", {str(PLUGIN)!r})
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        print(mod.StrategyModule.__module__, mod.MITOGEN)
+        print(mod.BASE.__module__, mod.MITOGEN)
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           check=True)

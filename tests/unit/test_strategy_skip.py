@@ -1,0 +1,160 @@
+"""plugins/strategy/sparkctl_linear.py skips a task whose ``when`` is false for a host on the
+controller, without forking a worker: the run must say and record exactly what it says and records
+when every task goes to a worker (``SPARKCTL_SKIP_IN_WORKER=1``): the same callbacks with the same
+results and task fields, in check mode too, and a condition that fails still fails the same way."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.modrun import REPO, needs_ansible
+
+PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+CALLBACKS = Path(__file__).resolve().parents[1] / "support" / "callbacks"
+pytestmark = needs_ansible
+
+INVENTORY = """\
+all:
+  hosts:
+    a:
+    b:
+    c:
+  vars:
+    ansible_connection: local
+"""
+
+INCLUDED = """\
+- name: Included
+  ansible.builtin.debug:
+    msg: included
+"""
+
+PLAY = """\
+- name: Conditions, false and true
+  hosts: all
+  gather_facts: false
+  vars:
+    flag: false
+    numbers: [1, 2]
+  handlers:
+    - name: A handler
+      ansible.builtin.debug:
+        msg: handled
+      when: flag
+  tasks:
+    - name: A false condition
+      ansible.builtin.debug:
+        msg: never
+      when: flag
+    - name: A true condition
+      ansible.builtin.set_fact:
+        seen: 0
+      when: not flag
+    - name: On what an earlier task set
+      ansible.builtin.debug:
+        msg: "{{ seen }}"
+      when: seen != 0
+    - name: An undefined variable tested
+      ansible.builtin.debug:
+        msg: never
+      when: nothing_here is defined
+    - name: A secret, skipped
+      ansible.builtin.debug:
+        msg: secret
+      no_log: true
+      when: flag
+    - name: Only in check mode
+      ansible.builtin.debug:
+        msg: check
+      when: ansible_check_mode
+    - name: One host only
+      ansible.builtin.debug:
+        msg: "{{ inventory_hostname }}"
+      when: inventory_hostname == 'b'
+      notify: A handler
+    - name: A false block
+      when: flag
+      block:
+        - name: Inside the false block
+          ansible.builtin.debug:
+            msg: inside
+        - name: Inside, with a true condition of its own
+          ansible.builtin.debug:
+            msg: inside
+          when: not flag
+    - name: A loop
+      ansible.builtin.debug:
+        msg: "{{ item }}"
+      loop: "{{ numbers }}"
+      when: item == 2
+    - name: An include
+      ansible.builtin.include_tasks: included.yml
+      when: flag
+    - name: Delegated
+      ansible.builtin.debug:
+        msg: never
+      delegate_to: a
+      when: flag
+    - name: A condition that cannot be evaluated
+      ansible.builtin.debug:
+        msg: never
+      when: really_undefined
+      ignore_errors: true
+"""
+
+# What the worker path itself leaves different between two runs: the objects' random UUIDs.
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _run(tmp_path: Path, *extra: str, in_worker: bool) -> tuple[list[str], str]:
+    (tmp_path / "inventory.yml").write_text(INVENTORY)
+    (tmp_path / "play.yml").write_text(PLAY)
+    (tmp_path / "included.yml").write_text(INCLUDED)
+    record = tmp_path / f"record-{in_worker}-{'-'.join(extra)}.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_CALLBACK_PLUGINS=str(CALLBACKS),
+               ANSIBLE_CALLBACKS_ENABLED="record_results", ANSIBLE_DEPRECATION_WARNINGS="0",
+               ANSIBLE_NOCOLOR="1", RECORD_RESULTS_FILE=str(record),
+               SPARKCTL_SKIP_IN_WORKER="1" if in_worker else "0")
+    argv = [str(PLAYBOOK), "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml"),
+            "-e", f"ansible_python_interpreter={sys.executable}", *extra]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return sorted(UUID.sub("UUID", line) for line in record.read_text().splitlines()), proc.stdout
+
+
+@pytest.mark.parametrize("mode", [(), ("--check",)], ids=["run", "check"])
+def test_skipped_here_records_what_a_worker_would(tmp_path: Path, mode: tuple[str, ...]) -> None:
+    here, _ = _run(tmp_path, *mode, in_worker=False)
+    worker, _ = _run(tmp_path, *mode, in_worker=True)
+    assert here == worker
+    rows: list[dict[str, Any]] = [json.loads(line) for line in here]
+    skipped = {(r["host"], r["task"]) for r in rows if r["event"] == "skipped"}
+    # The false conditions, with their reason; the secret's result censored as a worker's would be.
+    assert ("a", "A false condition") in skipped
+    assert (("b", "Only in check mode") in skipped) == (not mode)
+    secret = next(r for r in rows if r["event"] == "skipped" and r["task"] == "A secret, skipped")
+    assert secret["result"]["_ansible_no_log"] is True and "censored" in secret["result"]
+    failed = {r["host"] for r in rows if r["event"] == "failed"}
+    assert failed == {"a", "b", "c"}  # the undefined condition, on every host, ignored
+
+
+def test_only_plain_tasks_are_skipped_without_a_worker(tmp_path: Path) -> None:
+    _, out = _run(tmp_path, "-vvvv", in_worker=False)
+    here = set(re.findall(r"sparkctl_linear: (\w+): skipped without a worker: (.+)", out))
+    expected = {(h, t) for h in "abc" for t in (
+        "A false condition", "On what an earlier task set", "An undefined variable tested",
+        "A secret, skipped", "Only in check mode", "Inside the false block",
+        "Inside, with a true condition of its own")} | {("a", "One host only"), ("c", "One host only")}
+    # A loop, an include, a delegated task and a handler go to a worker, as does a true condition
+    # and one that cannot be evaluated.
+    assert here == expected
+    _, out = _run(tmp_path, "-vvvv", in_worker=True)
+    assert "skipped without a worker" not in out

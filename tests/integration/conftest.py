@@ -20,7 +20,6 @@ Tests marked ``lab_last`` run after every other test of the session (e.g. the `d
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -174,16 +173,64 @@ def _busy_core_seconds() -> float | None:
     return (sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)) / os.sysconf("SC_CLK_TCK")
 
 
+class Accumulated:
+    """A sum of counters that only grow, counted across their restart: a counter found lower than
+    it was (a machine powered off and on, a lab brought up again) restarted from zero, so all of it
+    is new use, not the old total gone."""
+
+    def __init__(self) -> None:
+        self.used = 0.0
+        self.last: dict[str, float] = {}
+
+    def add(self, readings: dict[str, float]) -> float:
+        for key, now in readings.items():
+            before = self.last.get(key, 0.0)
+            self.used += now - before if now >= before else now
+            self.last[key] = now
+        return self.used
+
+
+def process_trees(roots: Iterable[int], proc: Path = Path("/proc")) -> dict[int, float]:
+    """CPU seconds each root process's tree has used: every live process under it (itself
+    included), each with what it used and what its reaped children used (utime, stime, cutime,
+    cstime of /proc/PID/stat)."""
+    children: dict[int, list[int]] = {}
+    used: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        pid = int(stat.parent.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        used[pid] = sum(int(x) for x in fields[11:15]) / tick
+    out: dict[int, float] = {}
+    for root in roots:
+        total, stack = 0.0, [root]
+        while stack:
+            pid = stack.pop()
+            total += used.get(pid, 0.0)
+            stack += children.get(pid, [])
+        out[root] = total
+    return out
+
+
+_lab_cpu = Accumulated()
+
+
 def _stream_core_seconds() -> float:
-    """This stream's CPU so far: this process, the children it reaped, and its lab's machines."""
+    """This stream's CPU so far: this process, the children it reaped, and its lab's machines (each
+    machine's systemd-nspawn and everything under it: its systemd, sshd, dockerd, the ranks)."""
     own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     used = own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
     if "sparkctl_lab" in sys.modules:  # imported once the lab fixture chose the lab
-        from sparkctl_lab import host, machines
+        from sparkctl_lab import state
 
-        for cgroup in host.cgroup_dirs(machines.CGROUP_PARENT):
-            with contextlib.suppress(OSError, ValueError):
-                used += int((cgroup / "cpuacct.usage").read_text()) / 1e9
+        st = state.load()
+        machines = {m.pid: f"{name}:{m.pid}:{m.pid_start}" for name, m in (st.machines if st else {}).items()
+                    if m.pid}
+        used += _lab_cpu.add({machines[pid]: cpu for pid, cpu in process_trees(machines).items()})
     return used
 
 

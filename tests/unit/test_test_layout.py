@@ -266,7 +266,7 @@ def test_the_lab_gets_its_default_shape_back_before_a_test_outside_the_shape_mod
 
 
 def test_the_lab_summary_adds_each_phase_cpu_to_its_module_costliest_first(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     conftest = _integration_conftest(monkeypatch)
     phases = [("tests/integration/test_kit.py::test_a", 30.0, 50.0),   # setup
               ("tests/integration/test_kit.py::test_a", 10.0, 12.5),   # call
@@ -275,6 +275,19 @@ def test_the_lab_summary_adds_each_phase_cpu_to_its_module_costliest_first(
               ("tests/integration/test_serve.py::test_d", 60.0, 90.0)]
     assert conftest.module_costs(phases) == [("test_serve.py", 60.0, 90.0), ("test_kit.py", 41.0, 63.0),
                                              ("test_lab.py", 5.0, 4.0)]
+    # A machine's counter that starts again from zero (powered off and on) is new use.
+    acc = conftest.Accumulated()
+    for reading, total in ((5.0, 5.0), (7.0, 7.0), (1.0, 8.0), (1.5, 8.5)):
+        assert acc.add({"spark-1:100:7": reading}) == pytest.approx(total)
+    # A process tree's CPU: every live process under the root, with what it reaped.
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid, ppid, ticks in ((10, 1, (1, 1, 0, 0)), (11, 10, (2, 0, 3, 0)), (12, 11, (0, 0, 0, 4)),
+                             (13, 1, (50, 0, 0, 0))):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(
+            f"{pid} (a (b)) S {ppid} 0 0 0 -1 0 0 0 0 0 {' '.join(map(str, ticks))} 20 0 1 0 5\n")
+    assert conftest.process_trees([10, 13], proc=tmp_path) == {10: pytest.approx(11 / tick),
+                                                                13: pytest.approx(50 / tick)}
     # The stream's CPU counts what this process and the children it reaped used.
     before = conftest._stream_core_seconds()
     subprocess.run([sys.executable, "-c", "sum(i * i for i in range(3_000_000))"], check=True)

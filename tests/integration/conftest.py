@@ -161,7 +161,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # the busy figure is the whole machine's, every stream's share in it.
 # A test's own share is its stream's CPU over the test (setup and teardown included): the stream's
 # process and every child it reaped (sparkctl, ansible-playbook and its workers, ssh), plus its
-# lab's machines (their cgroup's cpuacct). The summary adds it up by module, costliest first.
+# lab's machines (each one's systemd-nspawn process tree). The summary adds it up by module,
+# costliest first.
 
 
 def _busy_core_seconds() -> float | None:

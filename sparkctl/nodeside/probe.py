@@ -28,10 +28,9 @@ import json
 import os
 import re
 import shutil
+import socket
 import sys
 import time
-import urllib.error
-import urllib.request
 
 from . import links, manifests, rdma, system
 
@@ -95,6 +94,15 @@ def container_state(name):
     None where docker is not installed."""
     if shutil.which("docker") is None:
         return None
+    answer = engine_get("/containers/" + _path_part(name) + "/json")
+    if answer is not None:
+        code, doc = answer
+        if code == 404:
+            return {"exists": False}
+        if code != 200 or not isinstance(doc, dict):
+            return {"error": _engine_error(code, doc)}
+        return _container_fields(name, doc.get("State") or {}, str(doc.get("RestartCount", "")),
+                                 str(doc.get("Created", "")))
     fmt = "{{json .State}}\t{{.RestartCount}}\t{{.Created}}"
     rc, out, err = system.run(["docker", "container", "inspect", "--format", fmt, name], 10)
     if rc != 0:
@@ -107,6 +115,10 @@ def container_state(name):
         state = json.loads(state_text)
     except ValueError:
         return {"error": "docker inspect: unreadable answer " + out.strip()[:120]}
+    return _container_fields(name, state, count, created)
+
+
+def _container_fields(name, state, count, created):
     return {
         "exists": True,
         "name": name,
@@ -118,6 +130,72 @@ def container_state(name):
         "restart_count": int(count) if count.strip().isdigit() else 0,
         "created": created.strip(),
     }
+
+
+# Docker's engine API on its local socket: what the probe asks docker it asks the engine directly
+# (the answers `docker inspect` prints, without starting the CLI: ~35 ms of CPU per call, on every
+# node in every sampling round of `up`). Where the engine is not on a local socket (DOCKER_HOST
+# names tcp:// or ssh://) or the socket cannot be opened, the probe asks the CLI instead.
+ENGINE_SOCKET = "/var/run/docker.sock"
+
+
+def engine_socket():
+    """The engine's unix socket path, or None when docker is reached another way (or not at all)."""
+    host = os.environ.get("DOCKER_HOST", "")
+    if host.startswith("unix://"):
+        return host[len("unix://"):]
+    if host:
+        return None
+    return ENGINE_SOCKET if os.path.exists(ENGINE_SOCKET) else None
+
+
+def engine_get(path, timeout=10.0):
+    """(HTTP status, decoded JSON body or None) of the engine's answer to GET ``path``; None when
+    the engine's socket cannot be used (the caller asks the CLI)."""
+    where = engine_socket()
+    if where is None:
+        return None
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(where)
+            code, body = http_get(sock, path, "docker")
+    except (OSError, ValueError):
+        return None
+    try:
+        return code, json.loads(body.decode("utf-8", "replace")) if body.strip() else None
+    except ValueError:
+        return code, None
+
+
+def _engine_error(code, doc):
+    message = doc.get("message") if isinstance(doc, dict) else None
+    return str(message or f"docker engine answered HTTP {code}")[:200]
+
+
+def _path_part(text):
+    """``text`` percent-encoded for a URL path (image references keep their ``/``, ``:`` and ``@``)."""
+    safe = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~/:@"
+    return "".join(chr(b) if b in safe else f"%{b:02X}" for b in str(text).encode("utf-8"))
+
+
+def http_get(sock, path, host):
+    """(status, body) of an HTTP/1.0 GET of ``path`` over the connected ``sock``: the server closes
+    the connection after its answer, so the body is what follows the headers. ValueError when the
+    answer is not HTTP."""
+    sock.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+    chunks = []
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            break
+        chunks.append(data)
+    raw = b"".join(chunks)
+    head, sep, body = raw.partition(b"\r\n\r\n")
+    status = head.split(b"\r\n", 1)[0].split()
+    if not sep or len(status) < 2 or not status[0].startswith(b"HTTP/") or not status[1].isdigit():
+        raise ValueError("not an HTTP answer")
+    return int(status[1]), body
 
 
 def meminfo():
@@ -230,6 +308,20 @@ def gpu_apps():
 def gpu_containers():
     if shutil.which("docker") is None:
         return []
+    listed = engine_get("/containers/json")
+    if listed is not None:
+        code, doc = listed
+        if code != 200 or not isinstance(doc, list):
+            return []
+        found = []
+        for entry in doc:
+            cid = str(entry.get("Id", ""))
+            one = engine_get("/containers/" + _path_part(cid) + "/json") if cid else None
+            requests = ((one[1] or {}).get("HostConfig") or {}).get("DeviceRequests") if one else None
+            if one is not None and one[0] == 200 and requests:
+                names = entry.get("Names") or [""]
+                found.append(f"{cid[:12]} {str(names[0]).lstrip('/')}")
+        return found
     rc, out, _ = system.run(["docker", "ps", "--format", "{{.ID}} {{.Names}}"], 10)
     if rc != 0:
         return []
@@ -285,6 +377,12 @@ def model_files(model_dir):
 
 def identity(runtime, image, program, venv_path):
     if runtime == "container":
+        answer = engine_get("/images/" + _path_part(image or "") + "/json", 15)
+        if answer is not None:
+            code, doc = answer
+            if code == 200 and isinstance(doc, dict) and doc.get("Id"):
+                return str(doc["Id"])
+            return "missing: " + _engine_error(code, doc)[:160]
         rc, out, err = system.run(["docker", "image", "inspect", "--format", "{{.Id}}", image or ""], 15)
         return out.strip() if rc == 0 else "missing: " + (err.strip().splitlines() or ["no image"])[-1][:160]
     if runtime == "venv":
@@ -310,14 +408,21 @@ def identity(runtime, image, program, venv_path):
 
 def image_env(image):
     """The image's Config.Env as a mapping; None when docker cannot inspect it."""
-    argv = ["docker", "image", "inspect", "--format", "{{json .Config.Env}}", image or ""]
-    rc, out, _err = system.run(argv, 15)
-    if rc != 0:
-        return None
-    try:
-        items = json.loads(out) or []
-    except ValueError:
-        return None
+    answer = engine_get("/images/" + _path_part(image or "") + "/json", 15)
+    if answer is not None:
+        code, doc = answer
+        if code != 200 or not isinstance(doc, dict):
+            return None
+        items = (doc.get("Config") or {}).get("Env") or []
+    else:
+        argv = ["docker", "image", "inspect", "--format", "{{json .Config.Env}}", image or ""]
+        rc, out, _err = system.run(argv, 15)
+        if rc != 0:
+            return None
+        try:
+            items = json.loads(out) or []
+        except ValueError:
+            return None
     return dict(str(item).split("=", 1) for item in items if "=" in str(item))
 
 
@@ -339,11 +444,10 @@ def drop_caches():
 
 
 def local_http(port, path="/health"):
+    """The HTTP status of GET ``path`` on 127.0.0.1:``port``; None when nothing answers in time."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1.5) as resp:
-            return resp.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+        with socket.create_connection(("127.0.0.1", int(port)), timeout=1.5) as sock:
+            return http_get(sock, path, f"127.0.0.1:{port}")[0]
     except (OSError, ValueError):
         return None
 

@@ -7,8 +7,9 @@ see ``targets``), and its host key is ALWAYS verified: paramiko's ``RejectPolicy
 known_hosts from the inventory's pinned file (or ssh_config / ssh's defaults where the inventory
 names none). An unknown or changed key is an error, whatever ``StrictHostKeyChecking`` says.
 
-Each call runs one script per node through ``Connection.run`` (the script on stdin, never in argv)
-and returns one ``HostResult`` per node, including the nodes that could not be reached and why.
+Each call runs one script per node on a session channel of its connection (the script on stdin,
+never in argv; see ``_exec``) and returns one ``HostResult`` per node, including the nodes that
+could not be reached and why.
 Nothing here changes a node; changes go through playbooks.
 
 fabric (with paramiko and invoke) costs ~0.1 s to import, so it is imported by the functions that
@@ -17,7 +18,6 @@ connect: ``validate``, ``plan`` and ``--help`` do not pay for it.
 
 from __future__ import annotations
 
-import io
 import math
 import socket
 import threading
@@ -115,14 +115,6 @@ def _transient(exc: BaseException) -> bool:
         text = str(exc).lower()
         return any(s in text for s in ("banner", "eof", "reset", "closed"))
     return False
-
-
-class _Script(io.StringIO):
-    """A script for the remote shell's stdin. invoke reads a stream without a file descriptor one
-    character per 10 ms poll; this hands it the whole (remaining) text at once instead."""
-
-    def read(self, size: int | None = -1) -> str:
-        return super().read(-1)
 
 
 # --- connections ------------------------------------------------------------------------------
@@ -352,35 +344,27 @@ class Fleet:
     # -- running
 
     def _one(self, target: Target, script: str, timeout: float) -> HostResult:
-        import invoke
-
         start = time.monotonic()
         try:
             conn = self._open(target)
         except _Unreachable as exc:
             return HostResult(target.name, error=str(exc), seconds=time.monotonic() - start)
         shell = "sudo -n /bin/sh -s" if target.sudo else "/bin/sh -s"
-        timed_out = False
         try:
-            res = conn.run(shell, in_stream=_Script(script), hide=True, warn=True, pty=False,
-                           timeout=timeout, encoding="utf-8")
-        except invoke.CommandTimedOut as exc:
-            res, timed_out = exc.result, True
+            ran = _exec(conn, shell, script, timeout)
         except Exception as exc:
             reason = _reason(exc, conn, str(target.known_hosts))
             self._drop(target.name)
             return HostResult(target.name, error=reason, seconds=time.monotonic() - start)
         took = time.monotonic() - start
-        # invoke's timer kills the command; when its runner finishes before the timer thread does,
-        # run() returns exit -1 instead of raising CommandTimedOut: the same timeout.
-        if timed_out or (res.exited == -1 and took >= timeout and conn.is_connected):
-            return HostResult(target.name, None, res.stdout, res.stderr,
+        if ran.timed_out:
+            return HostResult(target.name, None, ran.stdout, ran.stderr,
                               f"command timed out after {timeout:.0f} s", took)
-        if res.exited == -1 and not conn.is_connected:
+        if ran.rc is None:
             self._drop(target.name)
-            return HostResult(target.name, None, res.stdout, res.stderr,
+            return HostResult(target.name, None, ran.stdout, ran.stderr,
                               f"connection to {_where(conn)} lost", took)
-        return HostResult(target.name, res.exited, res.stdout, res.stderr, None, took)
+        return HostResult(target.name, ran.rc, ran.stdout, ran.stderr, None, took)
 
     def run(
         self,
@@ -464,6 +448,78 @@ def _hops(conn: fabric.Connection) -> list[fabric.Connection]:
 def _close(conn: fabric.Connection) -> None:
     for c in [conn, *_hops(conn)]:
         c.close()
+
+
+@dataclass
+class _Ran:
+    rc: int | None           # None: no exit status came (timed out, or the connection was lost)
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+
+# How long one wait on the channel may block: a lost connection is noticed within it.
+_POLL_S = 0.5
+
+
+def _exec(conn: fabric.Connection, command: str, stdin_text: str, timeout: float) -> _Ran:
+    """``command`` on a session channel of ``conn``: ``stdin_text`` written whole and closed, stdout
+    and stderr read as they come, the exit status awaited, all within ``timeout`` seconds.
+
+    One blocking reader in the calling thread, woken by the channel itself: fabric's
+    ``Connection.run`` (invoke's runner) gives every command three threads that poll every 10 ms,
+    which costs CPU on every node for as long as a command runs (the boot watch, the memory guard).
+    On timeout the channel is closed (sshd then ends the command), as invoke does."""
+    deadline = time.monotonic() + timeout
+    chan = conn.create_session()
+    out: list[bytes] = []
+    err: list[bytes] = []
+
+    def drain_stderr() -> None:
+        while chan.recv_stderr_ready():
+            err.append(chan.recv_stderr(65536))
+
+    def ran(rc: int | None, timed_out: bool = False) -> _Ran:
+        drain_stderr()
+        return _Ran(rc, b"".join(out).decode("utf-8", "replace"), b"".join(err).decode("utf-8", "replace"),
+                    timed_out)
+
+    try:
+        chan.settimeout(max(0.001, timeout))
+        chan.exec_command(command)
+        try:
+            chan.sendall(stdin_text.encode())  # a script larger than the window waits for the reader
+        except TimeoutError:
+            return ran(None, timed_out=True)
+        chan.shutdown_write()
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return ran(None, timed_out=True)
+            chan.settimeout(min(left, _POLL_S))
+            try:
+                data = chan.recv(65536)
+            except TimeoutError:
+                drain_stderr()
+                if not conn.is_connected:
+                    return ran(None)
+                continue
+            if not data:
+                break
+            out.append(data)
+            drain_stderr()
+        # EOF: everything the command wrote has come; its exit status follows.
+        while not chan.status_event.wait(min(max(deadline - time.monotonic(), 0.0), _POLL_S)):
+            if deadline - time.monotonic() <= 0:
+                return ran(None, timed_out=True)
+            if not conn.is_connected:
+                return ran(None)
+        rc = chan.recv_exit_status()
+        # -1: no exit status was sent. With the transport gone, that is a lost connection (paramiko
+        # ends a channel whose transport closes); with it alive, a command ended by a signal.
+        return ran(None if rc == -1 and not conn.is_connected else rc)
+    finally:
+        chan.close()
 
 
 def run_all(targets: Iterable[Target], script: str | Mapping[str, str] | Callable[[Target], str],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -196,26 +197,36 @@ def test_command_timeout_is_reported(sshd: FakeSshd) -> None:
     assert results["a"].error is not None and "timed out" in results["a"].error
 
 
-def test_a_timeout_the_runner_did_not_raise_is_still_reported(sshd: FakeSshd) -> None:
-    """invoke's timer kills the command; when its runner finishes before the timer thread, run()
-    returns exit -1 instead of raising CommandTimedOut. That is the same timeout."""
-    import invoke
+def test_stdout_stderr_and_the_exit_status_come_back_apart(sshd: FakeSshd) -> None:
+    res = run_all([_target(sshd, "a")], "echo out; echo err >&2; echo more; exit 3\n", timeout=RUN_S)["a"]
+    assert (res.rc, res.stdout, res.stderr, res.error) == (3, "out\nmore\n", "err\n", None)
 
-    class KilledByTimer:
-        is_connected = True
 
-        def run(self, *args: object, timeout: float, **kw: object) -> invoke.Result:
-            time.sleep(timeout + 0.05)
-            return invoke.Result(stdout="started\n", exited=-1)
-
-        def close(self) -> None:
-            pass
-
+def test_a_timed_out_command_leaves_the_connection_usable(sshd: FakeSshd) -> None:
+    before = sshd.accepted
     with Fleet([_target(sshd, "a")]) as fleet:
-        fleet._open = lambda target: KilledByTimer()  # type: ignore[method-assign]
-        res = fleet.run("echo started; sleep 3\n", timeout=0.2)["a"]
-    assert res.rc is None and res.stdout == "started\n"
-    assert res.error is not None and "timed out" in res.error
+        late = fleet.run("echo started; sleep 3\n", timeout=0.5)["a"]
+        assert late.rc is None and "timed out" in (late.error or "")
+        assert fleet.run("echo next\n", timeout=RUN_S)["a"].stdout == "next\n"
+    assert sshd.accepted - before == 1
+
+
+def test_a_connection_lost_mid_command_is_reported_and_reopened(sshd: FakeSshd) -> None:
+    with Fleet([_target(sshd, "a")]) as fleet:
+        assert fleet.run("true\n", timeout=RUN_S)["a"].ok
+        conn = fleet._conns["a"]
+        threading.Timer(0.5, conn.transport.close).start()
+        lost = fleet.run("echo started; sleep 5\n", timeout=RUN_S)["a"]
+        assert lost.rc is None and "connection to 127.0.0.1" in (lost.error or "") and "lost" in lost.error
+        assert fleet.run("echo again\n", timeout=RUN_S)["a"].stdout == "again\n"
+
+
+def test_a_script_larger_than_the_channel_window_goes_whole(sshd: FakeSshd) -> None:
+    """The script is written before any output is read: one larger than SSH's window (2 MiB) waits
+    for the command to read it, as a preflight with its shipped sources does at ~150 kB."""
+    body = "x" * (3 << 20)
+    res = run_all([_target(sshd, "a")], f"wc -c <<'EOF'\n{body}\nEOF\n", timeout=RUN_S)["a"]
+    assert res.ok and res.stdout.strip() == str(len(body) + 1)
 
 
 def test_fleet_reuses_one_connection_per_node(sshd: FakeSshd) -> None:

@@ -23,8 +23,10 @@ this controller copies ~16 MiB of the parent's pages on write (~4,000 page fault
 CPU for a task that then runs nothing. The condition is evaluated exactly as the worker's
 TaskExecutor would (the same variables, play context overrides and search path), and the result,
 callbacks and run record are the ones the worker would have sent. Only plain tasks are skipped
-here: a task with a loop, ``delegate_to``, ``run_once``, an include, a meta task or a handler, a
-condition that warns or fails to evaluate, or a true one goes to a worker as before.
+here, includes among them (a worker evaluates an include's ``when`` before anything else and
+returns the same skip, which the strategy never expands): a task with a loop, ``delegate_to``,
+``run_once``, a meta task or a handler, a condition that warns or fails to evaluate, or a true one
+goes to a worker as before.
 ``SPARKCTL_SKIP_IN_WORKER=1`` in the environment sends every task to a worker.
 """
 
@@ -107,7 +109,7 @@ def skipped_here(host: Any, task: Any, task_vars: dict[str, Any], play_context: 
 
     if (not task.when or task.loop or task.loop_with or task.delegate_to or task.run_once
             or isinstance(task, Handler)
-            or task.action in C._ACTION_ALL_INCLUDES or task.action in C._ACTION_META):
+            or task.action in C._ACTION_META):
         return None
     try:
         with DeferredWarningContext(variables=task_vars) as warnings:

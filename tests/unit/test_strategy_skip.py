@@ -97,6 +97,21 @@ PLAY = """\
     - name: An include
       ansible.builtin.include_tasks: included.yml
       when: flag
+    - name: A true include
+      ansible.builtin.include_tasks: included.yml
+      when: not flag
+    - name: A role included, false
+      ansible.builtin.include_role:
+        name: "{{ playbook_dir }}/roles/one"
+      when: flag
+    - name: A role included on one host
+      ansible.builtin.include_role:
+        name: "{{ playbook_dir }}/roles/one"
+      when: inventory_hostname == 'c'
+    - name: An include looped
+      ansible.builtin.include_tasks: included.yml
+      loop: "{{ numbers }}"
+      when: item == 2
     - name: Delegated
       ansible.builtin.debug:
         msg: never
@@ -117,6 +132,8 @@ def _run(tmp_path: Path, *extra: str, in_worker: bool) -> tuple[list[str], str]:
     (tmp_path / "inventory.yml").write_text(INVENTORY)
     (tmp_path / "play.yml").write_text(PLAY)
     (tmp_path / "included.yml").write_text(INCLUDED)
+    (tmp_path / "roles" / "one" / "tasks").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "roles" / "one" / "tasks" / "main.yml").write_text(INCLUDED)
     record = tmp_path / f"record-{in_worker}-{'-'.join(extra)}.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_CALLBACK_PLUGINS=str(CALLBACKS),
@@ -142,6 +159,10 @@ def test_skipped_here_records_what_a_worker_would(tmp_path: Path, mode: tuple[st
     assert (("b", "Only in check mode") in skipped) == (not mode)
     secret = next(r for r in rows if r["event"] == "skipped" and r["task"] == "A secret, skipped")
     assert secret["result"]["_ansible_no_log"] is True and "censored" in secret["result"]
+    # The true includes expanded as a worker's result expands them: the included task ran where
+    # they were true (the plain include, the role on c, the looped include's second item).
+    ran = sorted(r["host"] for r in rows if r["event"] == "ok" and r["task"].endswith("Included"))
+    assert ran == ["a", "a", "b", "b", "c", "c", "c"], ran
     failed = {r["host"] for r in rows if r["event"] == "failed"}
     assert failed == {"a", "b", "c"}  # the undefined condition, on every host, ignored
 
@@ -152,9 +173,11 @@ def test_only_plain_tasks_are_skipped_without_a_worker(tmp_path: Path) -> None:
     expected = {(h, t) for h in "abc" for t in (
         "A false condition", "On what an earlier task set", "An undefined variable tested",
         "A secret, skipped", "Only in check mode", "Inside the false block",
-        "Inside, with a true condition of its own")} | {("a", "One host only"), ("c", "One host only")}
-    # A loop, an include, a delegated task and a handler go to a worker, as does a true condition
-    # and one that cannot be evaluated.
+        "Inside, with a true condition of its own", "An include", "A role included, false")} | {
+        ("a", "One host only"), ("c", "One host only"), ("a", "A role included on one host"),
+        ("b", "A role included on one host")}
+    # A loop (an include's too), a delegated task and a handler go to a worker, as do a true
+    # condition (a true include expands there) and one that cannot be evaluated.
     assert here == expected
     _, out = _run(tmp_path, "-vvvv", in_worker=True)
     assert "skipped without a worker" not in out

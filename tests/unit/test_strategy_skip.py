@@ -36,6 +36,16 @@ INCLUDED = """\
     msg: included
 """
 
+ROLE_SPECS = """\
+argument_specs:
+  main:
+    short_description: A role with one option
+    options:
+      one_word:
+        type: str
+        default: hello
+"""
+
 PLAY = """\
 - name: Conditions, false and true
   hosts: all
@@ -117,6 +127,28 @@ PLAY = """\
         msg: never
       delegate_to: a
       when: flag
+    - name: An assertion that holds
+      ansible.builtin.assert:
+        that: seen == 0
+        quiet: true
+    - name: An assertion that fails, ignored
+      ansible.builtin.assert:
+        that: seen == 1
+        fail_msg: "seen is {{ seen }}"
+      ignore_errors: true
+    - name: A statistic
+      ansible.builtin.set_stats:
+        data:
+          count: 1
+    - name: A variable shown
+      ansible.builtin.debug:
+        var: seen
+    - name: A fact from a template
+      ansible.builtin.set_fact:
+        derived: "{{ inventory_hostname ~ '-' ~ seen }}"
+    - name: The fact read back
+      ansible.builtin.debug:
+        msg: "{{ derived }}"
     - name: A condition that cannot be evaluated
       ansible.builtin.debug:
         msg: never
@@ -134,6 +166,8 @@ def _run(tmp_path: Path, *extra: str, in_worker: bool) -> tuple[list[str], str]:
     (tmp_path / "included.yml").write_text(INCLUDED)
     (tmp_path / "roles" / "one" / "tasks").mkdir(parents=True, exist_ok=True)
     (tmp_path / "roles" / "one" / "tasks" / "main.yml").write_text(INCLUDED)
+    (tmp_path / "roles" / "one" / "meta").mkdir(exist_ok=True)
+    (tmp_path / "roles" / "one" / "meta" / "argument_specs.yml").write_text(ROLE_SPECS)
     record = tmp_path / f"record-{in_worker}-{'-'.join(extra)}.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_CALLBACK_PLUGINS=str(CALLBACKS),
@@ -181,3 +215,22 @@ def test_only_plain_tasks_are_skipped_without_a_worker(tmp_path: Path) -> None:
     assert here == expected
     _, out = _run(tmp_path, "-vvvv", in_worker=True)
     assert "skipped without a worker" not in out
+
+
+def test_controller_actions_run_without_a_worker(tmp_path: Path) -> None:
+    """set_fact, assert, debug, set_stats, a role's argument validation and true includes run in the
+    strategy's process (their records are the worker's: the test above); a looped include stays in
+    a worker."""
+    _, out = _run(tmp_path, "-vvvv", in_worker=False)
+    here = {(h, t.rsplit(" : ", 1)[-1]) for h, t in
+            re.findall(r"sparkctl_linear: (\w+): ran without a worker: (.+)", out)}
+    expected = {(h, t) for h in "abc" for t in (
+        "A true condition", "A true include", "Included", "An assertion that holds",
+        "An assertion that fails, ignored", "A statistic", "A variable shown", "A fact from a template",
+        "The fact read back", "A condition that cannot be evaluated")} | {
+        ("b", "One host only"), ("c", "A role included on one host"),
+        ("c", "Validating arguments against arg spec 'main' - A role with one option")}
+    assert here == expected
+    assert "ran without a worker: An include looped" not in out
+    _, out = _run(tmp_path, "-vvvv", in_worker=True)
+    assert "without a worker" not in out

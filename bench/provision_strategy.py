@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """`sparkctl provision --full` on the lab through Mitogen (the default strategy) against plain linear,
-and against the default with every task sent to a worker (no false `when` skipped on the controller).
+and against the default with every task sent to a worker (no false `when` skipped, and no
+controller-only action run, on the controller).
 
 `--full` runs every role's probes on every node (185 tasks over four nodes and the switch, nothing
 to change), so it measures what a playbook run costs per task. The default is ansible.cfg's
 ``sparkctl_linear`` strategy, which runs through Mitogen when it is installed
 (plugins/strategy/sparkctl_linear.py); ``ANSIBLE_STRATEGY=linear`` is the same run without Mitogen,
-and ``SPARKCTL_SKIP_IN_WORKER=1`` the default forking a worker for a task it could skip itself.
+and ``SPARKCTL_SKIP_IN_WORKER=1`` the default forking a worker for every task, those it could skip
+or run itself included.
 The variants interleave, so load on this machine hits both alike. Every run must exit 0 and
 change nothing. Measured per run: wall seconds and the machine's busy core-seconds (/proc/stat: the
 controller, ssh and the nodes together).

@@ -23,8 +23,8 @@ from importlib import resources
 from pathlib import Path
 
 import platformdirs
-import yaml
 
+from sparkctl import yamltext
 from sparkctl.errors import SparkctlError
 
 STATE_ENV = "SPARKCTL_STATE_DIR"
@@ -97,7 +97,7 @@ def collections_paths() -> list[Path]:
 
 
 def _pinned(requirements: Path) -> dict[str, str]:
-    data = yaml.safe_load(requirements.read_text()) or {}
+    data = yamltext.safe_load(requirements.read_text()) or {}
     return {str(c["name"]): str(c["version"]) for c in data.get("collections") or []}
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from sparkctl import yamltext
 from sparkctl.ansible import content
 from sparkctl.errors import SparkctlError
 
@@ -16,7 +17,7 @@ from sparkctl.errors import SparkctlError
 def _defaults(role: str) -> dict[str, Any]:
     path = content.root() / "roles" / role / "defaults" / "main.yml"
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yamltext.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise SparkctlError(f"cannot read {path}: {exc}") from exc
     return doc if isinstance(doc, dict) else {}

@@ -16,14 +16,14 @@ from collections.abc import Iterator
 
 import yaml
 
+from sparkctl import yamltext
+
 # Values the aliases of one file may add beyond the nodes written in it. An inventory uses a few
 # anchors for repeated blocks (hundreds of values); a billion-laughs file asks for 9^9.
 MAX_ALIAS_VALUES = 100_000
 
-try:  # libyaml's parser when PyYAML was built with it (the composer is the same either way)
-    _Loader: type = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - PyYAML without libyaml
-    _Loader = yaml.SafeLoader
+# libyaml's parser when PyYAML was built with it (the composer is the same either way)
+_Loader = yamltext.SafeLoader
 
 
 _SELF = "line {}: an alias (*name) inside the node its anchor names"

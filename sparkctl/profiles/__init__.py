@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sparkctl import yamltext
 from sparkctl.errors import InputError
 from sparkctl.profiles import flags as sglang_flags
 from sparkctl.profiles.shape import Engram, FabricNeeds, Pad, StagedArtifact, shape_problems
@@ -939,7 +940,7 @@ def load_profile(name: str, overrides: Mapping[str, Any] | None = None, *,
     Raises InputError (exit 2) listing every problem, each naming its field path.
     """
     try:
-        data = yaml.safe_load(profile_text(name))
+        data = yamltext.safe_load(profile_text(name))
     except yaml.YAMLError as exc:  # a shipped file is broken: still a clear message
         raise InputError(f"profile {name}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):

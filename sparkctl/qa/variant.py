@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from sparkctl import yamltext
 from sparkctl.errors import InputError
 from sparkctl.profiles import MERGED_SECTIONS, load_profile
 
@@ -85,7 +86,7 @@ def load_variant(spec: str, inventory_dir: Path, profile: str, site_overrides: M
             "or a path",
         ) from None
     try:
-        doc = yaml.safe_load(raw)
+        doc = yamltext.safe_load(raw)
     except yaml.YAMLError as exc:
         raise InputError(f"--ab {path}: not YAML ({exc})") from None
     if not isinstance(doc, dict) or not doc:

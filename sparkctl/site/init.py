@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from sparkctl import yamltext
 from sparkctl.errors import EXIT_FAILED, InputError, SparkctlError
 from sparkctl.model import Cluster
 from sparkctl.nodeside import ship
@@ -166,7 +167,7 @@ def _defaults(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yamltext.safe_load(path.read_text())
     except OSError as exc:
         raise InputError(f"--from {path}: {exc.strerror}", hint="name a readable YAML file") from exc
     except yaml.YAMLError as exc:
@@ -304,7 +305,7 @@ def run(req: Request, tools: Tools) -> Result:
     )
     src = example_dir()
     example_text = (src / EXAMPLE_GROUP_VARS).read_text()
-    example_doc = yaml.safe_load(example_text) or {}
+    example_doc = yamltext.safe_load(example_text) or {}
     proposal, problems = propose.propose(facts, opts, example_doc)
     if proposal.unknown_switch_ports and opts.switch is not None:
         asked = _ask_ports(tools, proposal.unknown_switch_ports)

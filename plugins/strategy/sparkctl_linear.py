@@ -166,7 +166,8 @@ def runs_here(task: Any) -> bool:
 
 
 class StrategyModule(BASE):  # type: ignore[misc,valid-type]
-    """``linear`` (through Mitogen where installed) that skips a false ``when`` without a worker."""
+    """``linear`` (through Mitogen where installed) that skips a false ``when``, and runs an action that
+    never leaves the controller, without a worker."""
 
     def _queue_task(self, host: Any, task: Any, task_vars: dict[str, Any], play_context: Any) -> None:
         if os.environ.get("SPARKCTL_SKIP_IN_WORKER") == "1":

@@ -468,8 +468,9 @@ def _exec(conn: fabric.Connection, command: str, stdin_text: str, timeout: float
 
     One blocking reader in the calling thread, woken by the channel itself: fabric's
     ``Connection.run`` (invoke's runner) gives every command three threads that poll every 10 ms,
-    which costs CPU on every node for as long as a command runs (the boot watch, the memory guard).
-    On timeout the channel is closed (sshd then ends the command), as invoke does."""
+    which costs the controller CPU for as long as a command runs on any node (the boot watch, the
+    memory guard: bench/fleet_wait.py). On timeout the channel is closed (sshd then ends the
+    command), as invoke does."""
     deadline = time.monotonic() + timeout
     chan = conn.create_session()
     out: list[bytes] = []

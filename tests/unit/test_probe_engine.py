@@ -28,7 +28,7 @@ STATE = {"Status": "running", "Running": True, "OOMKilled": False, "ExitCode": 0
 CONTAINER = {"Id": "3bc127acd492bb585ba0b2d04278aff237d8bb28913fb70b1234567890abcdef", "State": STATE,
              "RestartCount": 2, "Created": "2026-12-06T12:59:58.000000001Z",
              "HostConfig": {"DeviceRequests": [{"Driver": "", "Count": -1, "Capabilities": [["gpu"]]}]}}
-IMAGE = {"Id": "sha256:" + "ab" * 32, "Config": {"Env": ["PATH=/usr/bin", "SGLANG_VERSION=0.5.23"]}}
+IMAGE = {"Id": "sha256:" + "ab" * 32, "Config": {"Env": ["PATH=/usr/bin", "ENGINE_BUILD=7"]}}
 
 
 class _Engine(http.server.BaseHTTPRequestHandler):
@@ -42,7 +42,7 @@ class _Engine(http.server.BaseHTTPRequestHandler):
             "/containers/sparkctl-lab-r1/json": (200, CONTAINER),
             f"/containers/{CONTAINER['Id']}/json": (200, CONTAINER),
             "/containers/json": (200, [{"Id": CONTAINER["Id"], "Names": ["/sparkctl-lab-r1"]}]),
-            "/images/registry.example/sglang:0.5.23-lab/json": (200, IMAGE),
+            "/images/registry.example/engine:lab-7/json": (200, IMAGE),
             "/containers/broken/json": (500, {"message": "container store unavailable"}),
         }
         code, doc = answers.get(self.path, (404, {"message": f"No such object: {self.path}"}))
@@ -102,9 +102,9 @@ def test_a_missing_container_and_an_engine_error_are_told_apart(engine: list[str
 
 
 def test_the_preflight_reads_image_and_gpu_containers_from_the_engine(engine: list[str]) -> None:
-    assert probe.identity("container", "registry.example/sglang:0.5.23-lab", None, None) == IMAGE["Id"]
-    assert probe.image_env("registry.example/sglang:0.5.23-lab") == {"PATH": "/usr/bin",
-                                                                     "SGLANG_VERSION": "0.5.23"}
+    assert probe.identity("container", "registry.example/engine:lab-7", None, None) == IMAGE["Id"]
+    assert probe.image_env("registry.example/engine:lab-7") == {"PATH": "/usr/bin",
+                                                                     "ENGINE_BUILD": "7"}
     assert probe.gpu_containers() == [f"{CONTAINER['Id'][:12]} sparkctl-lab-r1"]
     assert probe.identity("container", "missing:tag", None, None).startswith("missing: No such object")
     assert probe.image_env("missing:tag") is None

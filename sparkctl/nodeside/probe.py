@@ -151,17 +151,23 @@ def engine_socket():
 
 def engine_get(path, timeout=10.0):
     """(HTTP status, decoded JSON body or None) of the engine's answer to GET ``path``; None when
-    the engine's socket cannot be used (the caller asks the CLI)."""
+    the engine's socket cannot be used (the caller asks the CLI). An engine that took the
+    connection and did not answer in time answers status 0: the CLI would wait on it the same."""
     where = engine_socket()
     if where is None:
         return None
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
             sock.connect(where)
+        except OSError:  # not there, refused, not allowed: the CLI's own message says which
+            return None
+        try:
             code, body = http_get(sock, path, "docker")
-    except (OSError, ValueError):
-        return None
+        except socket.timeout:  # noqa: UP041 (TimeoutError is this only from Python 3.10)
+            return 0, {"message": f"the docker engine did not answer within {timeout:g} s"}
+        except (OSError, ValueError):
+            return None
     try:
         return code, json.loads(body.decode("utf-8", "replace")) if body.strip() else None
     except ValueError:

@@ -139,6 +139,33 @@ def test_no_socket_file_means_the_cli(monkeypatch: pytest.MonkeyPatch, tmp_path:
     assert probe.engine_get("/containers/json") is None  # named but not there: the CLI is asked
 
 
+def test_an_engine_that_takes_the_connection_and_never_answers_is_an_error_not_the_cli(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hung engine: the probe says so within its timeout and does not wait on the CLI too."""
+    where = tmp_path / "hung.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(where))
+    listener.listen(4)
+    calls = tmp_path / "cli-calls"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    cli = bindir / "docker"
+    cli.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexit 1\n")
+    cli.chmod(cli.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{where}")
+    try:
+        assert probe.engine_get("/containers/x/json", timeout=0.3) == (
+            0, {"message": "the docker engine did not answer within 0.3 s"})
+        monkeypatch.setattr(probe, "engine_get", lambda path, timeout=10.0, real=probe.engine_get:
+                            real(path, 0.3))
+        assert probe.container_state("sparkctl-lab-r1") == {
+            "error": "the docker engine did not answer within 0.3 s"}
+    finally:
+        listener.close()
+    assert not calls.exists()
+
+
 class _Health(http.server.BaseHTTPRequestHandler):
     code = 200
 

@@ -64,6 +64,16 @@ class _UnixEngine(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         return conn, ("local", 0)  # http.server reads client_address[0]
 
 
+def _docker_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> None:
+    """A `docker` CLI first on PATH: a shell script with ``body``."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    cli = bindir / "docker"
+    cli.write_text(f"#!/bin/sh\n{body}\n")
+    cli.chmod(cli.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+
+
 @pytest.fixture
 def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The engine on a unix socket named by DOCKER_HOST; a `docker` CLI on PATH that records every
@@ -72,12 +82,7 @@ def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str
     server = _UnixEngine(str(where), _Engine)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     _Engine.asked = []
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    cli = bindir / "docker"
-    cli.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'cli-calls'}\nexit 1\n")
-    cli.chmod(cli.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    _docker_cli(tmp_path, monkeypatch, f"echo \"$@\" >> {tmp_path / 'cli-calls'}\nexit 1")
     monkeypatch.setenv("DOCKER_HOST", f"unix://{where}")
     try:
         yield _Engine.asked
@@ -118,13 +123,8 @@ def test_names_are_percent_encoded_in_the_request_path(engine: list[str]) -> Non
 def test_an_engine_not_on_a_local_socket_is_asked_through_the_cli(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """DOCKER_HOST=tcp://…: the CLI knows how to reach it (TLS, contexts); the probe asks the CLI."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    cli = bindir / "docker"
     state = json.dumps(STATE)
-    cli.write_text(f"#!/bin/sh\nprintf '%s\\t2\\t{CONTAINER['Created']}\\n' '{state}'\n")
-    cli.chmod(cli.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    _docker_cli(tmp_path, monkeypatch, f"printf '%s\\t2\\t{CONTAINER['Created']}\\n' '{state}'")
     monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.1:2376")
     assert probe.engine_socket() is None
     facts = probe.container_state("sparkctl-lab-r1")
@@ -147,12 +147,7 @@ def test_an_engine_that_takes_the_connection_and_never_answers_is_an_error_not_t
     listener.bind(str(where))
     listener.listen(4)
     calls = tmp_path / "cli-calls"
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    cli = bindir / "docker"
-    cli.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexit 1\n")
-    cli.chmod(cli.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    _docker_cli(tmp_path, monkeypatch, f"echo \"$@\" >> {calls}\nexit 1")
     monkeypatch.setenv("DOCKER_HOST", f"unix://{where}")
     try:
         assert probe.engine_get("/containers/x/json", timeout=0.3) == (

@@ -4,6 +4,9 @@ Like torch.distributed's TCPStore, rank 0 listens on the dist-init port (all add
 ranks connect to it, retrying until it is reachable. Messages are JSON lines. A worker sends
 ``join {node_rank, nnodes, tp_size, ep_size}``; rank 0 answers ``welcome`` or ``reject {reason}``
 (duplicate rank, wrong nnodes, rank out of range, different parallel sizes, group already formed).
+A worker counts as joined only once it answers the welcome with ``ack``: a worker that gave up
+waiting for the welcome (a starved rank 0 read its join late, from the listen backlog) has closed
+its connection and never counts, so it can never complete the group as a dead member.
 When all ``nnodes`` ranks are in (rank 0 included: it must reach its own dist-init address, as
 torch's store client does), rank 0 sends ``formed``; every rank then loads (the boot delay) and
 workers report ``booted``. Both sides send ``hb`` every heartbeat interval; rank 0 counts a worker as
@@ -52,6 +55,17 @@ def _has_unread(sock: socket.socket) -> bool:
     except (OSError, ValueError):
         return False
     return bool(readable)
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """Whether the peer closed its end and nothing from it is left unread (end of file is next)."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except (OSError, ValueError):
+        return True
 
 
 def _close(sock: socket.socket) -> None:
@@ -228,24 +242,33 @@ class Head:
             _close(sock)
             return
         rank = first.get("node_rank")
-        reason = self._check_join(first)
+        reason = self._check_join(first) or self._taken(rank)
+        if reason is not None:
+            self._reject(sock, addr, rank, reason)
+            return
+        lock = threading.Lock()
+        send_json(sock, lock, {"type": "welcome", "nnodes": self.nnodes, "store_id": self.store_id})
+        try:
+            ack = json.loads(reader.readline() or b"{}")
+        except (OSError, ValueError):
+            ack = {}
+        if ack.get("type") != "ack":
+            self.log.warning(
+                f"node_rank {rank} from {addr} did not confirm its join (it gave up waiting for the "
+                "welcome); not counted, waiting for it again"
+            )
+            _close(sock)
+            return
         now = time.monotonic()
-        peer: Peer | None = None
-        if reason is None:
-            with self._lock:
-                existing = self.peers.get(rank)
-                if self.formed.is_set():
-                    reason = "the process group has already formed; restart every rank to form a new one"
-                elif existing is not None and not existing.gone:
-                    reason = f"duplicate node_rank {rank}: already joined from {existing.addr}"
-                else:
-                    peer = Peer(rank=rank, sock=sock, addr=addr, joined_at=now, last_seen=now)
-                    self.peers[rank] = peer
-        if reason is not None or peer is None:
-            self._reject(sock, addr, rank, reason or "rejected")
+        with self._lock:  # another connection of this rank may have confirmed meanwhile
+            reason = self._taken_locked(rank)
+            if reason is None:
+                peer = Peer(rank=rank, sock=sock, addr=addr, joined_at=now, last_seen=now, lock=lock)
+                self.peers[rank] = peer
+        if reason is not None:
+            self._reject(sock, addr, rank, reason)
             return
         sock.settimeout(None)
-        send_json(sock, peer.lock, {"type": "welcome", "nnodes": self.nnodes, "store_id": self.store_id})
         with self._lock:
             joined = 1 + sum(1 for p in self.peers.values() if not p.gone)
         self.log.info(f"node_rank {rank} joined from {addr} ({joined}/{self.nnodes} ranks in)")
@@ -267,10 +290,33 @@ class Head:
                 return f"{name} {msg.get(name)} differs from rank 0's {self.cfg[name]}"
         return None
 
+    def _taken(self, rank: Any) -> str | None:
+        with self._lock:
+            return self._taken_locked(rank)
+
+    def _taken_locked(self, rank: Any) -> str | None:
+        """Why a join of ``rank`` cannot be counted now (self._lock held), else None. A member whose
+        connection the worker already closed (its reader has not run yet) no longer holds the rank."""
+        if self.formed.is_set():
+            return "the process group has already formed; restart every rank to form a new one"
+        existing = self.peers.get(rank)
+        if existing is None or existing.gone:
+            return None
+        if _closed_by_peer(existing.sock):
+            existing.gone = True  # before the group formed: its reader's end of file is no loss
+            return None
+        return f"duplicate node_rank {rank}: already joined from {existing.addr}"
+
     def _maybe_form(self) -> None:
         with self._lock:
             if self.formed.is_set() or not self.self_reachable:
                 return
+            for peer in self.peers.values():  # never form with a member that already left
+                if not peer.gone and _closed_by_peer(peer.sock):
+                    peer.gone = True
+                    self.log.warning(
+                        f"node_rank {peer.rank} left before the group formed; waiting for it again"
+                    )
             live = [p for p in self.peers.values() if not p.gone]
             if len(live) != self.nnodes - 1:
                 return
@@ -298,7 +344,8 @@ class Head:
 
     def _peer_gone(self, peer: Peer, reason: str) -> None:
         with self._lock:
-            if peer.gone:
+            if peer.gone:  # already counted out (it left before the group formed)
+                _close(peer.sock)
                 return
             peer.gone = True
             formed = self.formed.is_set()
@@ -432,6 +479,9 @@ class Worker:
             return "retry"
         self.rejected = None
         sock.settimeout(None)
+        if not send_json(sock, lock, {"type": "ack"}):
+            _close(sock)
+            return "retry"
         self.log.info("joined rank 0; waiting for every rank to join")
         self._sock, self._lock = sock, lock
         last_seen = [time.monotonic()]
@@ -460,6 +510,15 @@ class Worker:
                 except ValueError:
                     continue
                 kind = msg.get("type")
+                if kind == "reject":  # another process of this rank confirmed its join first
+                    alive.clear()
+                    _close(sock)
+                    self._sock = None
+                    self.rejected = str(msg.get("reason"))
+                    self.log.error(
+                        f"rank 0 refused this rank: {self.rejected}. This rank will not become ready."
+                    )
+                    return "rejected"
                 if kind == "formed" and not self.formed.is_set():
                     self.formed.set()
                     self.log.info(f"all {self.cfg.nnodes} ranks joined. Init torch distributed ends.")

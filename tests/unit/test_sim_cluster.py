@@ -196,6 +196,31 @@ def test_worker_waits_for_an_unreachable_head_and_a_wrong_nnodes_is_refused(
     assert c.status(0, "/health") == 200  # a refused stranger does not hurt the formed group
 
 
+def test_a_join_its_worker_gave_up_on_never_completes_the_group(cluster: Callable[..., Cluster]) -> None:
+    """A starved rank 0 reads joins late, from its listen backlog: a worker may have given up waiting
+    for the welcome and closed by then. Such a join must not count (the group would form with a dead
+    member, and the worker's next join would be refused as too late): the live join forms the group."""
+    c = cluster(nnodes=2)
+    head = c.start(0)
+    wait_for(lambda: "waiting for 1 worker rank(s)" in c.log("r0"), WAIT_S, "rank 0 to listen")
+    time.sleep(0.5)  # rank 0 reaches its own address (the store's self-check) before it stops
+    head.send_signal(signal.SIGSTOP)
+    try:
+        with socket.create_connection(("127.0.0.1", c.dist_port), timeout=5) as gave_up:
+            join = {"type": "join", "node_rank": 1, "nnodes": 2, "tp_size": 2, "ep_size": 2}
+            gave_up.sendall((json.dumps(join) + "\n").encode())
+        c.start(1)
+        wait_for(lambda: "Joining rank 0" in c.log("r1"), WAIT_S, "rank 1 to try to join")
+        time.sleep(0.5)  # its join waits in the backlog behind the closed one
+    finally:
+        head.send_signal(signal.SIGCONT)
+    wait_for(lambda: c.status(0, "/ready") == 200 or "lost node_rank" in c.log("r0"), WAIT_S,
+             "rank 0 to be ready or to lose a member")
+    assert c.status(0, "/ready") == 200, c.log("r0")
+    assert "did not confirm its join" in c.log("r0")
+    assert "refused" not in c.log("r1")
+
+
 @pytest.mark.timing
 def test_silent_peer_is_lost_by_heartbeat_and_workers_leave_without_rank0(
     cluster: Callable[..., Cluster],

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkctl import __version__
 from sparkctl.ansible import content, runner
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,3 +185,46 @@ def test_simulator_wheel_from_an_installed_copy(tmp_path: Path) -> None:
     probe = subprocess.run([sys.executable, "-S", "-c", "import sparkctl_sim.rank"],
                            env={"PYTHONPATH": str(unpacked)}, capture_output=True, text=True, check=False)
     assert probe.returncode == 0, probe.stderr
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_simulator_wheel_from_a_source_tree_holds_the_simulator_and_never_writes_the_tree(
+        tmp_path: Path) -> None:
+    """From a checkout, the wheel is assembled from sparkctl_sim/ alone (what a node imports), with
+    no build backend: the checkout gets no build/ or *.egg-info, four provisions building at once
+    (two sites from one checkout) all get a whole wheel, and the same sources give the same bytes."""
+    import shutil
+
+    src = tmp_path / "checkout"
+    (src / "sparkctl").mkdir(parents=True)
+    shutil.copy(REPO / "pyproject.toml", src / "pyproject.toml")
+    shutil.copy(REPO / "sparkctl" / "__init__.py", src / "sparkctl" / "__init__.py")
+    shutil.copytree(REPO / "sparkctl_sim", src / "sparkctl_sim",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    before = _tree(src)
+    builds = [subprocess.Popen([sys.executable, str(BUILD_WHEEL), "--src", str(src), "--out",
+                                str(tmp_path / f"state{i}")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True) for i in range(4)]
+    done = [(b.wait(120), *b.communicate()) for b in builds]
+    assert [rc for rc, _, _ in done] == [0] * 4, [err for _, _, err in done]
+    descs = [json.loads(out) for _, out, _ in done]
+    assert _tree(src) == before  # nothing written into the checkout
+    assert {d["entry"] for d in descs} == {"sparkctl_sim.rank:main"}
+    assert len({d["hash"] for d in descs}) == 1
+    assert len({Path(d["wheel"]).read_bytes() for d in descs}) == 1  # reproducible
+    with zipfile.ZipFile(descs[0]["wheel"]) as zf:
+        names = zf.namelist()
+        zf.extractall(tmp_path / "node")
+    assert {n.split("/")[0] for n in names} == {"sparkctl_sim", f"sparkctl_dgx-{__version__}.dist-info"}
+    assert sorted(n for n in names if n.startswith("sparkctl_sim/")) == sorted(
+        f"sparkctl_sim/{k.split('sparkctl_sim/', 1)[1]}" for k in before if k.startswith("sparkctl_sim/"))
+    probe = subprocess.run([sys.executable, "-S", "-c", "import sparkctl_sim.rank"],
+                           env={"PYTHONPATH": str(tmp_path / "node")}, capture_output=True, text=True,
+                           check=False)
+    assert probe.returncode == 0, probe.stderr
+    again = subprocess.run([sys.executable, str(BUILD_WHEEL), "--src", str(src), "--out",
+                            str(tmp_path / "state0")], capture_output=True, text=True, check=True)
+    assert json.loads(again.stdout) == descs[0]  # cached by the sources' hash

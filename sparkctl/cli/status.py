@@ -60,7 +60,7 @@ def status(
         raise InputError("--format prometheus: not with --watch or --json (one snapshot, text exposition)")
     from sparkctl import ui
     from sparkctl.cli import common
-    from sparkctl.cli.serving import render_status
+    from sparkctl.cli.status_view import render_status
     from sparkctl.serve import bootwatch, verdict
     from sparkctl.serve import groups as serve_groups
     from sparkctl.serve.admin import note_supervisor
@@ -126,7 +126,7 @@ def _status_groups(name: str, found: list[Target], watch: bool, as_json: bool,
     interval. Exit 1 when a node did not answer, 3 when the site is not ready."""
     from sparkctl import ui
     from sparkctl.cli import common
-    from sparkctl.cli.serving import render_groups_status
+    from sparkctl.cli.status_view import render_groups_status
     from sparkctl.serve import bootwatch, verdict
     from sparkctl.serve.sitestatus import SiteSnapshot, SiteStatus
 
@@ -166,7 +166,7 @@ def _status_groups(name: str, found: list[Target], watch: bool, as_json: bool,
 
 def _print_snapshot(name: str, snap: verdict.Snapshot, as_json: bool) -> None:
     from sparkctl import ui
-    from sparkctl.cli.serving import render_status
+    from sparkctl.cli.status_view import render_status
 
     if as_json:
         sys.stdout.write(json.dumps({"cluster": name, **snap.as_dict()}, default=str) + "\n")

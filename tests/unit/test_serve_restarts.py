@@ -21,7 +21,7 @@ from support.gates_fakes import (
     marker_reading,
 )
 
-from sparkctl.cli.serving import render_status
+from sparkctl.cli.status_view import render_status
 from sparkctl.serve import bootwatch, verdict
 from sparkctl.serve.supervisor import RESTART, Brain, observe
 

@@ -333,6 +333,11 @@ class Fleet:
             return
         sock = socket.create_connection((conn.host, conn.port), timeout=self.connect_timeout)
         sock.settimeout(None)
+        if hasattr(socket, "TCP_USER_TIMEOUT"):  # Linux
+            # A node that vanishes without closing (powered off, its network gone) never acknowledges
+            # what is sent to it: the kernel ends the connection after this long, so every wait on it
+            # (paramiko's channel requests have none of their own) ends, and the node is reported.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(UNACKED_S * 1000))
         conn.connect_kwargs["sock"] = sock
 
     def _drop(self, name: str) -> None:
@@ -460,6 +465,9 @@ class _Ran:
 
 # How long one wait on the channel may block: a lost connection is noticed within it.
 _POLL_S = 0.5
+# How long data sent to a node may stay unacknowledged before the kernel ends the connection
+# (TCP_USER_TIMEOUT). Acknowledgements come from the node's kernel, not from its loaded processes.
+UNACKED_S = 20.0
 
 
 def _exec(conn: fabric.Connection, command: str, stdin_text: str, timeout: float) -> _Ran:
@@ -472,7 +480,8 @@ def _exec(conn: fabric.Connection, command: str, stdin_text: str, timeout: float
     memory guard: bench/fleet_wait.py). On timeout the channel is closed (sshd then ends the
     command), as invoke does."""
     deadline = time.monotonic() + timeout
-    chan = conn.create_session()
+    # Within the command's time: paramiko waits an hour for a channel a silent peer never opens.
+    chan = conn.transport.open_session(timeout=max(0.001, timeout))
     out: list[bytes] = []
     err: list[bytes] = []
 

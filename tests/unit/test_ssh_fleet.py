@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import fabric
 import paramiko
@@ -219,6 +220,32 @@ def test_a_connection_lost_mid_command_is_reported_and_reopened(sshd: FakeSshd) 
         lost = fleet.run("echo started; sleep 5\n", timeout=RUN_S)["a"]
         assert lost.rc is None and "connection to 127.0.0.1" in (lost.error or "") and "lost" in lost.error
         assert fleet.run("echo again\n", timeout=RUN_S)["a"].stdout == "again\n"
+
+
+def test_a_peer_that_falls_silent_is_reported_within_the_timeout(
+        sshd: FakeSshd, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node that vanishes without closing its connection (powered off, its network gone) never
+    answers the next command's channel: the run reports it within its timeout, not after paramiko's
+    hour-long wait for the channel to open (the supervisor's round once hung there)."""
+    from support import sshd_fake
+
+    release = threading.Event()
+    original = sshd_fake._Iface.check_channel_request
+
+    def silent(self: sshd_fake._Iface, kind: str, chanid: int) -> int:
+        release.wait(30)
+        return original(self, kind, chanid)
+
+    with Fleet([_target(sshd, "a")]) as fleet:
+        assert fleet.run("true\n", timeout=RUN_S)["a"].ok
+        monkeypatch.setattr(sshd_fake._Iface, "check_channel_request", silent)
+        results: dict[str, Any] = {}
+        runner = threading.Thread(target=lambda: results.update(fleet.run("true\n", timeout=1.0)))
+        runner.start()
+        runner.join(15)
+        release.set()
+        assert not runner.is_alive(), "the run waited on a silent peer past its timeout"
+    assert results["a"].rc is None and results["a"].error, results["a"]
 
 
 def test_a_script_larger_than_the_channel_window_goes_whole(sshd: FakeSshd) -> None:

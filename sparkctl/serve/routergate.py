@@ -13,13 +13,14 @@ within ``GATE_S``.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sparkctl.errors import EXIT_FAILED, SparkctlError
-from sparkctl.serve import router_status
+from sparkctl.serve import bootwatch, router_status
 from sparkctl.serve.tools import api_key_or_none
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 # defaults), and a worker it missed at its start is registered on one of them.
 GATE_S = 180.0
 POLL_S = 3.0
+# Lines of the router's journal shown when it is not running at the bound.
+JOURNAL_LINES = 15
 
 
 def applies(site: Cluster, site_doc: dict[str, Any], groups: list[str]) -> bool:
@@ -72,13 +75,27 @@ class RouterGate:
                     return {"gate": "router", "seconds": round(waited, 2), "rounds": rounds,
                             "node": facts.node, "url": facts.url, "workers": facts.expected}
                 if waited >= self.bound_s:
-                    raise self._failure(facts, waited)
+                    raise self._failure(facts, waited, self._journal(fleet, facts))
                 self.sleep(self.poll_s)
         finally:
             fleet.close()
             http.close()
 
-    def _failure(self, facts: router_status.RouterFacts, waited: float) -> SparkctlError:
+    def _journal(self, fleet: Any, facts: router_status.RouterFacts) -> list[str]:
+        """The last lines of the router unit's journal when the unit is not running (why it exited:
+        a port taken, a wheel that does not import, a refused argument), as the failure's details."""
+        if not facts.reachable or facts.active == "active":
+            return []
+        unit = self.site_doc["router"]["unit"]
+        cmd = f"journalctl -u {shlex.quote(unit)} -n {JOURNAL_LINES} --no-pager -o short-iso 2>&1\n"
+        res = fleet.run({facts.node: cmd}, timeout=15, only=[facts.node]).get(facts.node)
+        if res is None or not res.reachable:
+            return []
+        return [f"log tail of the router on {facts.node}:"] + [
+            f"    {ln}" for ln in bootwatch.shown_tail(res.stdout, JOURNAL_LINES)]
+
+    def _failure(self, facts: router_status.RouterFacts, waited: float,
+                 journal: list[str]) -> SparkctlError:
         missing = facts.missing if facts.workers is not None else list(facts.expected)
         which = ", ".join(f"group {g} ({facts.expected[g]})" for g in missing)
         return SparkctlError(
@@ -88,7 +105,8 @@ class RouterGate:
                   f"(`sparkctl status`, `journalctl -u {self.site_doc['router']['unit']}` on "
                   f"{facts.node}) and the missing groups' rank 0, then run `sparkctl up` again "
                   "(it waits for the router again)"),
-            details=facts.reasons() or [f"router on {facts.node}: lists no worker it could be asked for"],
+            details=(facts.reasons() or [f"router on {facts.node}: lists no worker it could be asked for"])
+            + journal,
             exit_code=EXIT_FAILED,
         )
 

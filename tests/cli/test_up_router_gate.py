@@ -8,6 +8,7 @@ import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -140,6 +141,63 @@ def test_a_router_that_lists_no_worker_misses_every_group(
     with pytest.raises(SparkctlError) as err:
         the_gate.wait()
     assert "group a" in str(err.value) and "group b" in str(err.value)
+
+
+class JournalFleet(Closable):
+    """A fleet whose router node answers ``journalctl`` with ``journal``; the commands it was given."""
+
+    def __init__(self, journal: str) -> None:
+        super().__init__()
+        self.journal = journal
+        self.asked: list[dict[str, str]] = []
+
+    def run(self, cmds: dict[str, str], timeout: float = 0.0,
+            only: list[str] | None = None) -> dict[str, Any]:
+        self.asked.append(dict(cmds))
+        return {node: SimpleNamespace(reachable=True, stdout=self.journal, error=None) for node in cmds}
+
+
+def _gate_over(fleet: JournalFleet, bound_s: float) -> routergate.RouterGate:
+    site = load_inventory(TWO_GROUPS)
+    clock = Clock()
+    tools = Tools(fleet=lambda *_: fleet, http=lambda *_: Closable())
+    return routergate.RouterGate(site, plan_document(site), tools, bound_s=bound_s, poll_s=3.0,
+                                 sleep=clock.sleep, clock=clock)
+
+
+def test_a_router_that_keeps_exiting_fails_with_its_journal_tail(monkeypatch: pytest.MonkeyPatch) -> None:
+    last = "2026-12-06T20:00:00 spark-0 sparkctl-router[7]: Address already in use (os error 98)"
+    fleet = JournalFleet("".join(f"line {i}\n" for i in range(40)) + last + "\n")
+    the_gate = _gate_over(fleet, bound_s=6.0)
+
+    def probe(doc: dict[str, Any], *_: Any, **__: Any) -> router_status.RouterFacts:
+        entry = doc["router"]
+        return router_status.RouterFacts(
+            node=entry["node"], url=entry["url"], policy=entry["policy"],
+            expected={w["group"]: w["url"] for w in entry["workers"]},
+            unit={"ActiveState": "activating", "SubState": "auto-restart", "Result": "exit-code"},
+            error="ConnectError")
+
+    monkeypatch.setattr(router_status, "probe", probe)
+    with pytest.raises(SparkctlError) as err:
+        the_gate.wait()
+    details = err.value.details
+    assert "router on spark-0: unit not running (activating/auto-restart, result exit-code)" in details
+    at = details.index("log tail of the router on spark-0:")
+    tail = details[at + 1:]
+    assert len(tail) == routergate.JOURNAL_LINES and tail[-1] == f"    {last}"
+    journal = "journalctl -u sparkctl-router.service -n 15 --no-pager -o short-iso 2>&1\n"
+    assert fleet.asked == [{"spark-0": journal}]
+    assert fleet.closed
+
+
+def test_a_running_router_that_misses_a_group_reads_no_journal(monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet = JournalFleet("not asked\n")
+    the_gate = _gate_over(fleet, bound_s=3.0)
+    _rows(monkeypatch, lambda n, exp: [exp["a"]])
+    with pytest.raises(SparkctlError) as err:
+        the_gate.wait()
+    assert fleet.asked == [] and not any("log tail" in d for d in err.value.details)
 
 
 # --- within `up` ------------------------------------------------------------------------------------

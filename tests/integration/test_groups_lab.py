@@ -193,9 +193,16 @@ def test_bench_and_qualify_via_router_measure_the_whole_site_once(routed: Groups
 
 
 def test_a_killed_router_is_restarted_and_down_stops_it_first(routed: GroupsSite) -> None:
+    restarts = f"systemctl show -p NRestarts --value {ROUTER_UNIT}"
+    before = int(routed.lab.ssh(ROUTER_NODE, restarts).stdout)
     routed.lab.ssh(ROUTER_NODE, f"systemctl kill --signal=KILL {ROUTER_UNIT}", check=False)
-    probe = f"sleep 8; systemctl is-active {ROUTER_UNIT}"
-    assert routed.lab.ssh(ROUTER_NODE, probe, check=False).stdout.strip() == "active"
+    # systemd starts it again after the unit's RestartSec (5 s); a loaded node may take longer to
+    # get there, so the probe waits up to 60 s for a running router that was restarted once.
+    probe = (f"for i in $(seq 60); do [ \"$(systemctl is-active {ROUTER_UNIT})\" = active ] "
+             f"&& [ \"$({restarts})\" -gt {before} ] && break; sleep 1; done; "
+             f"systemctl is-active {ROUTER_UNIT}; {restarts}")
+    state, count = routed.lab.ssh(ROUTER_NODE, probe, check=False).stdout.split()
+    assert (state, int(count)) == ("active", before + 1)
     ok(routed.run("down"), "down")
     state = routed.lab.ssh(ROUTER_NODE, f"systemctl is-active {ROUTER_UNIT}", check=False).stdout.strip()
     assert state != "active"

@@ -97,7 +97,7 @@ def node_entry(cluster: Cluster, node: Node) -> dict[str, Any]:
         # Where the rendered files put things, for the roles (and spark_applied) to read instead of
         # parsing the unit or ruleset text back.
         "exporter": {"unit": monitoring.EXPORTER_UNIT_FILE, "dir": monitoring.EXPORTER_DIR,
-                     "python": monitoring.EXPORTER_PYTHON,
+                     "venv": monitoring.EXPORTER_VENV, "python": monitoring.EXPORTER_PYTHON,
                      "url": f"http://{node.mgmt_ip}:{cluster.ports.exporter}/metrics"},
         "firewall": {"table": common.FIREWALL_TABLE, "ruleset": common.FIREWALL_FILE,
                      "unit": common.FIREWALL_UNIT_FILE, "dropin_dir": common.FIREWALL_DROPIN_DIR},

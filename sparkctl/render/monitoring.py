@@ -30,7 +30,8 @@ EXPORTER_UNIT_FILE = f"/etc/systemd/system/{EXPORTER_UNIT_NAME}"
 # The exporter's code (nodeside/, copied from the package) and the venv that runs it (system site
 # packages: python3-prometheus-client from apt; nvidia-ml-py where a GPU exists).
 EXPORTER_DIR = "/opt/sparkctl/exporter"
-EXPORTER_PYTHON = f"{EXPORTER_DIR}/venv/bin/python"
+EXPORTER_VENV = f"{EXPORTER_DIR}/venv"
+EXPORTER_PYTHON = f"{EXPORTER_VENV}/bin/python"
 EXPORTER_MODULE = "nodeside.exporter"
 # The lab has no GPU: its exporter reads the simulator's stand-in for NVML (installed by
 # spark_runtime's lab tasks under this prefix), so the GPU panels have series there too.

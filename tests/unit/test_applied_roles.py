@@ -150,3 +150,37 @@ def test_each_role_describes_itself_next_to_its_tasks() -> None:
     assert "regex_search" not in DEFAULTS
     loads = yaml.safe_load((ROLES / "spark_applied" / "tasks" / "main.yml").read_text())[0]
     assert loads["ansible.builtin.include_vars"]["file"].endswith("/spark_{{ item }}/vars/applied.yml")
+
+
+def _included_roles(tasks: list[dict[str, Any]] | None) -> Iterator[str]:
+    for task in tasks or []:
+        for key in ("block", "rescue", "always"):
+            yield from _included_roles(task.get(key))
+        for module in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+            if isinstance(task.get(module), dict):
+                yield str(task[module]["name"])
+
+
+def test_a_role_a_provision_role_includes_is_among_its_inputs() -> None:
+    """A change to an included role (spark_packages, spark_armed) changes what the including role
+    does: its tree is digested with the including role's, so the fast path runs that role again."""
+    for short, path in APPLIED.items():
+        role = f"spark_{short}"
+        included = {name for tasks in sorted((ROLES / role / "tasks").glob("*.yml"))
+                    for name in _included_roles(yaml.safe_load(tasks.read_text()))}
+        spec = yaml.safe_load(path.read_text())[f"{role}_applied"]
+        trees = set(spec["inputs"]["trees"]) if isinstance(spec["inputs"]["trees"], list) else set()
+        assert included <= trees, f"{role} includes {sorted(included - trees)}: add them to its inputs' trees"
+
+
+def test_the_package_probe_is_written_once_in_spark_packages() -> None:
+    """dpkg's probe of which names are installed (its Status-Abbrev), and apt's install of the
+    missing ones, live in roles/spark_packages alone; the roles that need packages include it with
+    their own names (spark_upgrade reads versions and installs exact pins, its own business)."""
+    probes = sorted(str(p.relative_to(ROLES)) for p in ROLES.glob("*/tasks/*.yml")
+                    if "Status-Abbrev" in p.read_text())
+    assert probes == ["spark_packages/tasks/main.yml"], probes
+    for role, names in (("spark_base", "spark_base_packages"), ("spark_exporter", "spark_exporter_packages"),
+                        ("spark_router", "spark_router_packages")):
+        text = "".join(p.read_text() for p in (ROLES / role / "tasks").glob("*.yml"))
+        assert "name: spark_packages" in text and f'spark_packages_names: "{{{{ {names} }}}}"' in text, role

@@ -63,6 +63,24 @@ def shown_tail(text: str, lines: int = LOG_TAIL_LINES, width: int = LOG_LINE_CHA
             for ln in text.splitlines()[-lines:]]
 
 
+def read_journal(fleet: FleetLike, unit: str, node: str,
+                 lines: int = LOG_TAIL_LINES) -> tuple[str | None, str]:
+    """The last ``lines`` lines of ``unit``'s journal on ``node`` over SSH: (the text, "") or, when
+    the node did not answer, (None, why)."""
+    cmd = f"journalctl -u {unit} -n {lines} --no-pager -o short-iso 2>&1 || true\n"
+    res = fleet.run({node: cmd}, timeout=15, only=[node]).get(node)
+    if res is None:
+        return None, "not among the nodes asked"
+    return (res.stdout, "") if res.reachable else (None, str(res.error))
+
+
+def tail_details(label: str, text: str, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """A log tail as a failure's details: ``label``, then the shown lines indented (nothing when
+    the log is empty)."""
+    shown = shown_tail(text, lines)
+    return [label] + [f"    {ln}" for ln in shown] if shown else []
+
+
 def prestart_failures(journal: str) -> list[str]:
     """The failed-check lines of the rank's last pre-start (sparkctl.nodeside.prestart) in a journal
     excerpt, with its closing summary; empty when it passed or never ran. Only what follows the last
@@ -248,9 +266,8 @@ class BootWatch:
             path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
 
     def log_tail(self, node: str, lines: int = LOG_TAIL_LINES) -> str:
-        cmd = f"journalctl -u {self.unit} -n {lines} --no-pager -o short-iso 2>&1 || true\n"
-        res = self.fleet.run({node: cmd}, timeout=15, only=[node])[node]
-        return res.stdout.strip() if res.reachable else f"(log unavailable: {res.error})"
+        text, error = read_journal(self.fleet, self.unit, node, lines)
+        return text.strip() if text is not None else f"(log unavailable: {error})"
 
     def prestart_lines(self, node: str) -> list[str]:
         """The failed checks of the node's last pre-start, read from its rank unit's journal."""

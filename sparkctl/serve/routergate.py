@@ -13,7 +13,6 @@ within ``GATE_S``.
 
 from __future__ import annotations
 
-import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from sparkctl.serve.tools import api_key_or_none
 
 if TYPE_CHECKING:
     from sparkctl.model import Cluster
+    from sparkctl.serve.probe import FleetLike
     from sparkctl.serve.tools import Tools
 
 # The bound: the gateway's worker health checks run every few seconds to a minute (its own
@@ -81,18 +81,15 @@ class RouterGate:
             fleet.close()
             http.close()
 
-    def _journal(self, fleet: Any, facts: router_status.RouterFacts) -> list[str]:
+    def _journal(self, fleet: FleetLike, facts: router_status.RouterFacts) -> list[str]:
         """The last lines of the router unit's journal when the unit is not running (why it exited:
         a port taken, a wheel that does not import, a refused argument), as the failure's details."""
         if not facts.reachable or facts.active == "active":
             return []
-        unit = self.site_doc["router"]["unit"]
-        cmd = f"journalctl -u {shlex.quote(unit)} -n {JOURNAL_LINES} --no-pager -o short-iso 2>&1\n"
-        res = fleet.run({facts.node: cmd}, timeout=15, only=[facts.node]).get(facts.node)
-        if res is None or not res.reachable:
+        text, _ = bootwatch.read_journal(fleet, self.site_doc["router"]["unit"], facts.node, JOURNAL_LINES)
+        if text is None:
             return []
-        return [f"log tail of the router on {facts.node}:"] + [
-            f"    {ln}" for ln in bootwatch.shown_tail(res.stdout, JOURNAL_LINES)]
+        return bootwatch.tail_details(f"log tail of the router on {facts.node}:", text, JOURNAL_LINES)
 
     def _failure(self, facts: router_status.RouterFacts, waited: float,
                  journal: list[str]) -> SparkctlError:

@@ -198,10 +198,8 @@ class Up:
         stopped = stop_after_failure(self.cluster, self.doc, self.tools, self.out, self._run_dir, self.limit)
         if isinstance(exc, bootwatch.GateFailure):
             details = [f"node: {exc.node or 'cluster'}", f"records: {exc.record_dir or '-'}"]
-            for label, text in (("log tail:", exc.log_tail),
-                                (f"log tail of rank 0 ({exc.head}):", exc.head_tail)):
-                lines = bootwatch.shown_tail(text)
-                details += [label] + [f"    {ln}" for ln in lines] if lines else []
+            details += bootwatch.tail_details("log tail:", exc.log_tail)
+            details += bootwatch.tail_details(f"log tail of rank 0 ({exc.head}):", exc.head_tail)
             return SparkctlError(
                 f"`up` failed at the gate {exc.gate!r} on {exc.node or 'the cluster'}: {exc.detail}",
                 hint=f"{stopped}; see the log tail, fix, and run `sparkctl up` again",
@@ -318,11 +316,9 @@ class Up:
                     gate.record_dir = run_dir
                     raise gate from exc
             for host in failed_hosts[:2]:
-                cmd = f"journalctl -u {probe.unit_name(doc)} -n 15 --no-pager -o short-iso 2>&1\n"
-                res = fleet.run({host: cmd}, timeout=15, only=[host])[host]
-                if res.reachable:
-                    shown = bootwatch.shown_tail(res.stdout)
-                    exc.details += [f"log tail of {host}:"] + [f"    {ln}" for ln in shown]
+                text, _ = bootwatch.read_journal(fleet, probe.unit_name(doc), host, 15)
+                if text is not None:
+                    exc.details += bootwatch.tail_details(f"log tail of {host}:", text)
             raise
         qualify = self.tools.qualify(cluster, run_dir)
         watch = bootwatch.BootWatch(cluster, doc, fleet, http, self.api_key, record_dir=run_dir,

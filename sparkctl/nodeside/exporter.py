@@ -341,6 +341,10 @@ def parse_args(argv: list[str]) -> Config:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(sys.argv[1:] if argv is None else argv)
+    # The handlers come first: a stop asked for while the server starts is a clean stop, not a kill.
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     nvml = Nvml(cfg.nvml_module)
     registry = registry_for(cfg, nvml)
     start_http_server(cfg.port, addr=cfg.listen, registry=registry)
@@ -349,10 +353,11 @@ def main(argv: list[str] | None = None) -> int:
     gpu = "GPU via " + cfg.nvml_module if nvml.lib is not None else f"no GPU series ({nvml.why_absent})"
     print(f"sparkctl-exporter: serving http://{cfg.listen}:{cfg.port}/metrics for {cfg.unit} "
           f"(rank {cfg.rank}, {where}; {gpu})", flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    stop.wait()
+    # Python runs a handler only when the main thread runs: the kernel may hand the signal to the
+    # server's thread while the main one sleeps in an untimed wait, which then never wakes. A short
+    # timed wait looks again twice a second.
+    while not stop.wait(0.5):
+        pass
     return 0
 
 

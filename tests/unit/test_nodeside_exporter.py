@@ -174,6 +174,36 @@ def test_serves_metrics_over_http(tmp_path: Path) -> None:
     assert f"serving http://127.0.0.1:{port}/metrics" in out and "no GPU series (sparkctl_no_such_nvml" in out
 
 
+# Both run main() in a child whose start_http_server is replaced: no port, and the signal sent
+# from where the race puts it.
+_STOP_CHILD = """
+import os, signal, sys, threading, time
+from sparkctl.nodeside import exporter
+
+def from_another_thread(*_a, **_k):
+
+    def kill_from_here():
+        time.sleep(0.3)  # main is waiting by now
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # this thread, not main, gets it
+
+    threading.Thread(target=kill_from_here, daemon=True).start()
+
+def while_starting(*_a, **_k):
+    os.kill(os.getpid(), signal.SIGTERM)
+
+exporter.start_http_server = {which}
+sys.exit(exporter.main(["--port", "1", "--nvml-module", "sparkctl_no_such_nvml"]))
+"""
+
+
+@pytest.mark.parametrize("which", ["from_another_thread", "while_starting"])
+def test_a_stop_is_clean_whichever_thread_gets_it_and_however_early(which: str) -> None:
+    """SIGTERM delivered to the server's thread while main waits, or before the server is up, exits 0."""
+    proc = subprocess.run([sys.executable, "-c", _STOP_CHILD.format(which=which)], cwd=REPO,
+                          capture_output=True, text=True, timeout=20)
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
+
+
 def test_bad_fabric_option_is_a_usage_error() -> None:
     with pytest.raises(SystemExit) as err:
         exporter.parse_args(["--port", "1", "--fabric", ":mlx5_0"])

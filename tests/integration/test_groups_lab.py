@@ -12,7 +12,8 @@ both at once (the gateway's command line names its workers, never the key), the 
 (``qa.endpoint.for_cluster`` of the whole site, what bench and qualify measure through) is the
 router, requests through it reach both groups' rank 0, and `bench` and `qualify --via-router`
 measure the site once through it, each group's rank 0 idle and as its profile behind it; a killed
-router comes back, and `down` stops it first. At the end the lab is left as its own inventory had
+router comes back, and `down` stops it first; a router whose port is taken fails its start within
+seconds with its own journal's words. At the end the lab is left as its own inventory had
 it (``GroupsSite.restore``).
 """
 
@@ -20,7 +21,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,6 +40,7 @@ pytestmark = pytest.mark.integration
 ROUTER_NODE = "spark-1"
 PORT, METRICS_PORT = 8889, 29000
 WHEELS = os.environ.get("SPARKCTL_ROUTER_WHEELS", "")
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -206,3 +210,25 @@ def test_a_killed_router_is_restarted_and_down_stops_it_first(routed: GroupsSite
     ok(routed.run("down"), "down")
     state = routed.lab.ssh(ROUTER_NODE, f"systemctl is-active {ROUTER_UNIT}", check=False).stdout.strip()
     assert state != "active"
+
+
+def test_a_router_that_cannot_start_fails_its_start_with_its_journal(routed: GroupsSite) -> None:
+    """Its port taken on the node, the gateway exits at once and systemd restarts it: the router
+    playbook (by hand, as an admin runs it) fails after the role's settle time, not behind a gate's
+    bound, and says why in the gateway's own words."""
+    squat = "sparkctl-test-port-squat"
+    listening = f"ss -ltn | grep -q ':{PORT} '"
+    routed.lab.ssh(ROUTER_NODE, f"systemd-run --unit {squat} python3 -m http.server {PORT} "
+                                f"&& for i in $(seq 50); do {listening} && break; sleep 0.2; done")
+    try:
+        env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0"}
+        t0 = time.monotonic()
+        run = subprocess.run(["ansible-playbook", "-i", str(routed.inventory), "playbooks/router.yml"],
+                             capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+        took = time.monotonic() - t0
+        out = run.stdout + run.stderr
+        assert run.returncode != 0, out[-3000:]
+        assert "did not keep running" in out and "Address already in use" in out, out[-3000:]
+        assert took < 120, took  # the role's settle (5 s), not the up gate's 180 s
+    finally:
+        routed.lab.ssh(ROUTER_NODE, f"systemctl stop {squat} {ROUTER_UNIT}", check=False)

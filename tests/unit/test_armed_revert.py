@@ -68,7 +68,7 @@ def test_each_guarded_role_includes_it(role: str) -> None:
     assert params.get("spark_armed_check", "") == check
     if check:
         assert (ROLES / role / "tasks" / check).is_file()
-    assert params.get("spark_armed_apply", "") == ("{{ %s }}" % apply if apply else "")
+    assert params.get("spark_armed_apply", "") == ("{{ " + apply + " }}" if apply else "")
     spec = yaml.safe_load((ROLES / "spark_armed" / "meta" / "argument_specs.yml").read_text())
     options = spec["argument_specs"]["main"]["options"]
     assert set(params) <= set(options), set(params) - set(options)

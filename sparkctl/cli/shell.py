@@ -18,6 +18,7 @@ no command module.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -105,6 +106,22 @@ class PlainValues:
         return self._typer.coerce(value, param=param, ctx=ctx)
 
 
+def flowing_help(cmd: click.Command) -> None:
+    """Each paragraph of a command's help as one flowing line: typer's rich mode keeps the single line
+    breaks of a docstring's later paragraphs, so the terminal's wrap and the docstring's broke the
+    text twice ("... is" / "skipped ..."). A paragraph that starts with ``\\b`` (click's "keep as
+    written") or holds an indented line is left as written. Applied to ``cmd`` and its sub-commands."""
+    if cmd.help and "\n" in cmd.help:
+        paragraphs = inspect.cleandoc(cmd.help).split("\n\n")
+        cmd.help = "\n\n".join(
+            p if p.startswith("\b") or any(line[:1].isspace() for line in p.splitlines())
+            else " ".join(line.strip() for line in p.splitlines())
+            for p in paragraphs
+        )
+    for sub in getattr(cmd, "commands", {}).values():
+        flowing_help(sub)
+
+
 def _plain_path(info: Any) -> bool:
     return (not info.exists and info.file_okay and info.dir_okay and not info.writable
             and not info.resolve_path and not info.allow_dash and info.path_type is None)
@@ -140,6 +157,7 @@ class LifecycleGroup(OrderedGroup):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         quiet_flags(self, ctx)  # before parsing: --help prints while the options are parsed
         plain_values(self, ctx)
+        flowing_help(self)
         return super().parse_args(ctx, args)
 
     def list_commands(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
@@ -170,6 +188,7 @@ class LifecycleGroup(OrderedGroup):
         if cmd is not None:
             quiet_flags(cmd, ctx)
             plain_values(cmd, ctx)
+            flowing_help(cmd)
             self.commands[cmd_name] = cmd
         return cmd
 

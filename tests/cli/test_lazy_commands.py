@@ -4,6 +4,7 @@ completion are the same as when every module is registered up front."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -239,3 +240,32 @@ def test_the_process_entry_freezes_what_it_made_and_an_in_process_call_does_not(
     with pytest.raises(SystemExit):
         cli.main(["--version"])
     assert frozen == [True]
+
+
+def _command_at(cmd: Any, path: tuple[str, ...]) -> Any:
+    for name in path:
+        cmd = cmd.commands[name]
+    return cmd
+
+
+def test_each_help_paragraph_flows_as_one_line(run_cli: Any, monkeypatch: pytest.MonkeyPatch,
+                                               request: pytest.FixtureRequest) -> None:
+    """typer's rich mode kept a docstring's line breaks after its first paragraph, so on an 80-column
+    terminal `sparkctl up --help` broke its prose twice ("... (or with" / "--yes). When every").
+    On a terminal wide enough for any paragraph, every paragraph is one line, built lazily (a plain
+    run) or from every module registered."""
+    monkeypatch.setenv("COLUMNS", "1000")
+    cli._register()
+    paths = _paths(get_command(cli.app))
+    helps = {p: inspect.cleandoc(_command_at(get_command(cli.app), p).help or "") for p in paths}
+    wrapped = [p for p, h in helps.items() if any("\n" in para for para in h.split("\n\n")[1:])]
+    assert len(wrapped) >= 5, "the docstrings no longer wrap: this test checks nothing"
+    for lazily in (False, True):
+        if lazily:
+            request.getfixturevalue("lazy")
+        for path in wrapped:
+            out = run_cli(*path, "--help").out
+            lines = [" ".join(line.strip(" │").split()) for line in out.splitlines()]
+            for para in helps[path].split("\n\n")[1:]:
+                flowing = " ".join(para.split())
+                assert flowing in lines, (" ".join(path), flowing, lazily)

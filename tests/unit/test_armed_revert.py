@@ -90,7 +90,7 @@ def test_no_async_job_runs_where_the_connection_is_dropped() -> None:
             for task in _walk(_tasks(ROLES / role / "tasks" / name)):
                 assert "async" not in task and "ansible.builtin.async_status" not in task, \
                     f"{role}/tasks/{name}: {task.get('name')} runs as an async job"
-    names = [t["name"] for t in _tasks(ROLES / "spark_armed" / "tasks" / "main.yml")[0]["block"]]
+    names = [t["name"] for t in _walk(_tasks(ROLES / "spark_armed" / "tasks" / "main.yml")[0]["block"])]
     assert names.index("Start the apply on the node (detached)") \
         < names.index("Drop the open connection (the next task must connect anew)") \
         < names.index("Wait for the apply to finish") < names.index("Prove the change took")

@@ -34,6 +34,7 @@ from typer import _click as click
 from typer.core import TyperCommand, TyperGroup
 
 from sparkctl import __version__
+from sparkctl.cli.shell import flowing_help
 
 INDEX_FILE = "index-cli.json"
 FORMAT = 1
@@ -79,6 +80,7 @@ def load(source: str, settings: typer.Typer) -> dict[str, click.Command]:
     _register_function(source)(temp)
     group = typer.main.get_command(temp)
     assert isinstance(group, TyperGroup)
+    flowing_help(group)
     return dict(group.commands)
 
 

@@ -69,6 +69,7 @@ def down(
     group: GroupOption = None,
 ) -> None:
     """Stop every rank: SIGTERM rank 0, grace period, forced shutdown, SIGKILL backstop. Idempotent.
+
     With every node answering, the playbook's steps run over SSH (one round; nothing to do when every
     rank unit is inactive); a node that does not answer, or a stop over SSH that fails, runs
     playbooks/down.yml, which reports it (--full runs the playbook anyway)."""

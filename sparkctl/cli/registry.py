@@ -34,7 +34,7 @@ from typer import _click as click
 from typer.core import TyperCommand, TyperGroup
 
 from sparkctl import __version__
-from sparkctl.cli.shell import flowing_help
+from sparkctl.cli.helptext import flowing_help
 
 INDEX_FILE = "index-cli.json"
 FORMAT = 1

@@ -18,7 +18,6 @@ no command module.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ import typer
 from typer import _click as click
 from typer.core import TyperGroup
 
+from sparkctl.cli.helptext import flowing_help
 from sparkctl.errors import EXIT_USAGE, SparkctlError
 
 if TYPE_CHECKING:
@@ -104,22 +104,6 @@ class PlainValues:
 
             self._typer = build_runtime_param(descriptor)
         return self._typer.coerce(value, param=param, ctx=ctx)
-
-
-def flowing_help(cmd: click.Command) -> None:
-    """Each paragraph of a command's help as one flowing line: typer's rich mode keeps the single line
-    breaks of a docstring's later paragraphs, so the terminal's wrap and the docstring's broke the
-    text twice ("... is" / "skipped ..."). A paragraph that starts with ``\\b`` (click's "keep as
-    written") or holds an indented line is left as written. Applied to ``cmd`` and its sub-commands."""
-    if cmd.help and "\n" in cmd.help:
-        paragraphs = inspect.cleandoc(cmd.help).split("\n\n")
-        cmd.help = "\n\n".join(
-            p if p.startswith("\b") or any(line[:1].isspace() for line in p.splitlines())
-            else " ".join(line.strip() for line in p.splitlines())
-            for p in paragraphs
-        )
-    for sub in getattr(cmd, "commands", {}).values():
-        flowing_help(sub)
 
 
 def _plain_path(info: Any) -> bool:

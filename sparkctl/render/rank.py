@@ -397,10 +397,17 @@ def drain_s(cluster: Cluster) -> int:
     return int(cluster.profile.gates.drain_s)
 
 
+# Seconds a worker has to leave once its group's rank 0 is gone: rank 0 told every scheduler to exit
+# before it left (or it died and never will), so a worker still running after this is shut down by
+# force rather than waited on for the whole drain period (a rank restarted on its own, outside the
+# group, is never told: `up` healing a degraded group waited out the 75 s drain for it).
+LEAVE_S = 30
+
+
 def stop_timeout_s(cluster: Cluster, node: Node) -> int:
     # Rank 0 drains in-flight requests, then tells every scheduler to exit; workers ignore
     # SIGTERM and leave when that broadcast arrives, so they need less.
-    return drain_s(cluster) + 15 if node.rank == 0 else 45
+    return drain_s(cluster) + 15 if node.rank == 0 else LEAVE_S + 15
 
 
 NAME_FREE_TRIES = 30
@@ -512,6 +519,7 @@ class RankLaunch:
     command: tuple[str, ...]  # what the unit's ExecStart runs
     stop_timeout_s: int
     drain_s: int  # the profile's drain period after SIGTERM (rank 0)
+    leave_s: int = LEAVE_S  # a worker's time to leave once its rank 0 is gone
     unit_name: str = c.RANK_UNIT_NAME
     env_file: str = c.RANK_ENV_FILE
     # The container runtime only: the container's name, the image it runs, the rendered kit files.
@@ -536,6 +544,7 @@ class RankLaunch:
             "env_file": self.env_file,
             "stop_timeout_s": self.stop_timeout_s,
             "drain_s": self.drain_s,
+            "leave_s": self.leave_s,
         }
         if self.runtime == "container":
             out["container"] = self.container
@@ -560,6 +569,7 @@ class RankLaunch:
             command=tuple(str(a) for a in data.get("command") or ()),
             stop_timeout_s=int(data.get("stop_timeout_s", 60)),
             drain_s=int(data.get("drain_s", 60)),
+            leave_s=int(data.get("leave_s", LEAVE_S)),
             unit_name=str(data.get("unit_name") or c.RANK_UNIT_NAME),
             env_file=str(data.get("env_file") or c.RANK_ENV_FILE),
             container=None if container is None else str(container),

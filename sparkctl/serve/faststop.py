@@ -3,13 +3,15 @@ playbook, when every node answers.
 
 playbooks/down.yml (the spark_rank role's stop tasks) spends two Ansible plays, ~9 s on the lab, on
 what is per node a handful of systemctl calls. When every node answered the probe, :func:`stop` does
-the same steps in one SSH round: every node runs :func:`stop_script` at once; rank 0's sends SIGTERM
-first (it drains, then tells every scheduler to exit; workers ignore SIGTERM), every node waits up to
-the grace period for its unit to leave, forces what still runs (SIGKILL to the unit, `docker kill` of
-its container, which lives outside the unit's cgroup), stops the unit for good, clears a failed
-state, waits until the unit is inactive and kills a container that outlived its unit (a unit killed
-without its container) — the role's steps, in the role's order, with the role's
-running states and wait (:data:`RUNNING_STATES`, :data:`STOP_WAIT_S`; a test holds them equal).
+the same steps in two SSH rounds. First each group's rank 0 (and the router's node, whose router
+stops first): SIGTERM, and up to the grace period to drain and leave — it tells every scheduler to
+exit before it does. Then the workers (they ignore SIGTERM): up to the leave period
+(``rank_launch.leave_s``) for the unit to leave once its rank 0 is gone, since nothing will tell it
+to later. Whatever still runs is forced (SIGKILL to the unit, `docker kill` of its container, which
+lives outside the unit's cgroup); then the unit is stopped for good, a failed state cleared, the
+unit waited for until inactive, and a container that outlived its unit (a unit killed without its
+container) killed — the role's steps, in the role's order, with the role's running states and wait
+(:data:`RUNNING_STATES`, :data:`STOP_WAIT_S`; a test holds them equal).
 
 A node that does not answer, or whose stop fails, is the playbook's to handle and report: the caller
 runs it then (`--full` always does).
@@ -73,15 +75,22 @@ def stop_script(unit: str, container: str | None, grace_s: int, head: bool, wait
             .replace("WAIT", str(int(wait_s))).replace("RUNNING", "|".join(RUNNING_STATES)))
 
 
+def _head(entry: Mapping[str, Any]) -> bool:
+    return int(entry["rank"]) == 0
+
+
 def scripts(doc: Mapping[str, Any], grace_s: int | None = None) -> dict[str, str]:
-    """Every node's stop script: the unit and container the plan renders, the profile's drain
-    period (``rank_launch.drain_s``) unless ``grace_s`` overrides it; rank 0's sends SIGTERM."""
+    """Every node's stop script: the unit and container the plan renders; rank 0's sends SIGTERM
+    and waits the profile's drain period (``rank_launch.drain_s``) unless ``grace_s`` overrides it,
+    a worker's waits its leave period (``rank_launch.leave_s``, at most the grace)."""
     out = {}
     router = doc.get("router")
     for entry in doc["nodes"]:
         rl = probe.rank_launch(entry)
         grace = grace_s if grace_s is not None else rl.drain_s
-        text = stop_script(rl.unit_name, rl.container, grace, head=int(entry["rank"]) == 0)
+        if not _head(entry):
+            grace = min(grace, rl.leave_s)
+        text = stop_script(rl.unit_name, rl.container, grace, head=_head(entry))
         if router and entry["name"] == router["node"]:
             # The router in front of the groups (sparkctl_router) stops first, as down.yml stops it.
             text = text.replace(MARK + "\n", f"{MARK}\n{router_stop(router['unit'])}", 1)
@@ -95,27 +104,43 @@ def router_stop(unit: str) -> str:
 
 
 def stop(doc: Mapping[str, Any], fleet: FleetLike, grace_s: int | None = None) -> dict[str, str]:
-    """Stop every rank unit at once over SSH (rank 0's SIGTERM first, see the module text); what each
-    node did (``inactive``: nothing ran, else ``stopped ...``). Raises SparkctlError naming every node
-    that did not answer or whose stop failed (details ``node: why``)."""
+    """Stop every rank unit over SSH: each group's rank 0 first (with the router's node), then the
+    workers (see the module text); what each node did (``inactive``: nothing ran, else ``stopped
+    ...``). Raises SparkctlError naming every node that did not answer or whose stop failed
+    (details ``node: why``); the workers are stopped even when a rank 0 was not."""
     texts = scripts(doc, grace_s)
-    longest = max((probe.rank_launch(e).drain_s for e in doc["nodes"]), default=60)
-    timeout = (grace_s if grace_s is not None else longest) + STOP_WAIT_S + 30
-    results = fleet.run(texts, timeout=timeout, only=list(texts))
+    entries = {str(e["name"]): e for e in doc["nodes"]}
+    heads = [n for n in texts if _head(entries[n])]
+    workers = [n for n in texts if n not in heads]
+    first: dict[str, str] = {n: texts[n] for n in heads}
+    router = doc.get("router")
+    if router and router["node"] in workers:  # the router stops first, as down.yml stops it
+        first[router["node"]] = router_stop(router["unit"])
+        texts[router["node"]] = texts[router["node"]].replace(router_stop(router["unit"]), "", 1)
+    longest = max((probe.rank_launch(entries[n]).drain_s for n in heads), default=60)
+    leave = max((probe.rank_launch(entries[n]).leave_s for n in workers), default=0)
+    rounds = [(first, (grace_s if grace_s is not None else longest) + STOP_WAIT_S + 30),
+              ({n: texts[n] for n in workers}, leave + STOP_WAIT_S + 30)]
     done: dict[str, str] = {}
     bad: list[str] = []
-    for name in texts:
-        res = results[name]
-        lines = [ln for ln in res.stdout.splitlines() if ln.startswith("stop: ")] if res.reachable else []
-        if not res.reachable:
-            bad.append(f"{name}: {res.error}")
-        elif res.rc != 0 or not lines:
-            said = lines[-1][len("stop: "):] if lines else (res.stderr.strip() or f"exit {res.rc}")
-            bad.append(f"{name}: {said.splitlines()[-1][:300]}")
-        else:
-            done[name] = lines[-1][len("stop: "):]
+    for sent, timeout in rounds:
+        if not sent:
+            continue
+        results = fleet.run(sent, timeout=timeout, only=list(sent))
+        for name, text in sent.items():
+            if not text.startswith(MARK):  # the router's stop alone: its node's rank stops next round
+                continue
+            res = results[name]
+            lines = [ln for ln in res.stdout.splitlines() if ln.startswith("stop: ")] if res.reachable else []
+            if not res.reachable:
+                bad.append(f"{name}: {res.error}")
+            elif res.rc != 0 or not lines:
+                said = lines[-1][len("stop: "):] if lines else (res.stderr.strip() or f"exit {res.rc}")
+                bad.append(f"{name}: {said.splitlines()[-1][:300]}")
+            else:
+                done[name] = lines[-1][len("stop: "):]
     if bad:
-        raise SparkctlError("stopping the rank units over SSH failed", details=bad)
+        raise SparkctlError("stopping the rank units over SSH failed", details=sorted(bad))
     return done
 
 

@@ -31,7 +31,7 @@ except SystemExit:
     pass
 mods = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})
 cmds = sorted(m for m in sys.modules if m.startswith('sparkctl.cli.') and m.rsplit('.', 1)[1] not in
-              ('shell', 'registry'))
+              ('shell', 'registry', 'helptext'))
 print(json.dumps({{"heavy": sorted({{m.split('.')[0] for m in mods}}), "commands": cmds}}), file=sys.stderr)
 """
 

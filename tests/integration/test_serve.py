@@ -220,8 +220,9 @@ def test_a_rank_container_oom_killed_fails_status_naming_it(served: Lab) -> None
     _ok(served.run_sparkctl("status"), "status after heal")
 
 
-@pytest.mark.lab_last
 def test_down_leaves_no_rank_process(served: Lab) -> None:
+    """The module's last test (not `lab_last`: at the end of its stream, after the shape modules had
+    re-cabled the lab, it provisioned, staged and started the four-node group again for one `down`)."""
     _ok(served.run_sparkctl("up"), "up")
     down = served.run_sparkctl("down", json_out=True)
     _ok(down, "down")

@@ -134,12 +134,16 @@ def test_a_unit_that_will_not_stop_is_named_with_the_wait(tmp_path: Path) -> Non
 
 
 class Fleet:
+    """Every round's scripts (``rounds``) and, by node, the stop script each got (``sent``)."""
+
     def __init__(self, answers: dict[str, HostResult]) -> None:
         self.answers = answers
         self.sent: dict[str, str] = {}
+        self.rounds: list[dict[str, str]] = []
 
     def run(self, script: Any, timeout: float = 10.0, only: Any = None) -> dict[str, HostResult]:
-        self.sent = dict(script)
+        self.rounds.append(dict(script))
+        self.sent.update({n: t for n, t in script.items() if t.startswith(faststop.MARK)})
         return {n: self.answers[n] for n in only}
 
 
@@ -155,10 +159,61 @@ def test_stop_names_every_node_that_failed_or_did_not_answer(tmp_path: Path) -> 
         faststop.stop(doc, fleet)
     assert err.value.details == [f"spark-2: {UNIT} is still active 30 s after its stop",
                                  "spark-3: timed out connecting to 10.250.0.13:22"]
-    assert "grace=75 " in fleet.sent["spark-1"] and "head=1 " in fleet.sent["spark-0"]
+    assert "grace=75 " in fleet.sent["spark-0"] and "head=1 " in fleet.sent["spark-0"]
+    assert "grace=30 " in fleet.sent["spark-1"] and "head=0 " in fleet.sent["spark-1"]  # the leave period
     fleet.answers["spark-2"] = fleet.answers["spark-3"] = ok
     assert faststop.stop(doc, fleet, grace_s=3)["spark-1"] == "inactive"
     assert all("grace=3 " in t for t in fleet.sent.values())
+
+
+def _doc(ranks: int = 4, router_on: str | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"nodes": [
+        {"name": f"spark-{r}", "rank": r,
+         "rank_launch": {"unit_name": UNIT, "container": f"sparkctl-r{r}", "drain_s": 75, "leave_s": 30}}
+        for r in range(ranks)]}
+    if router_on:
+        doc["router"] = {"node": router_on, "unit": "sparkctl-router.service"}
+    return doc
+
+
+def test_rank_0_is_stopped_before_the_workers_which_wait_only_the_leave_period() -> None:
+    """A worker is told to exit by its rank 0, before rank 0 leaves; one that was not (a rank restarted
+    by hand outside the group) never will be. The workers' round starts once rank 0 is gone and
+    waits 30 s for them, not the 75 s drain: `up` healing such a group waited the whole drain."""
+    ok = HostResult("x", 0, "stop: stopped (was active, forced: no)\n")
+    fleet = Fleet({f"spark-{r}": ok for r in range(4)})
+    faststop.stop(_doc(), fleet)
+    assert [sorted(r) for r in fleet.rounds] == [["spark-0"], ["spark-1", "spark-2", "spark-3"]]
+    assert "head=1 grace=75 " in fleet.rounds[0]["spark-0"]
+    assert all("head=0 grace=30 " in t for t in fleet.rounds[1].values())
+
+
+def test_the_router_on_a_worker_stops_with_rank_0_and_its_rank_with_the_workers() -> None:
+    ok = HostResult("x", 0, "stop: stopped (was active, forced: no)\n")
+    fleet = Fleet({f"spark-{r}": ok for r in range(4)})
+    done = faststop.stop(_doc(router_on="spark-2"), fleet)
+    stop = faststop.router_stop("sparkctl-router.service")
+    assert fleet.rounds[0]["spark-2"] == stop and faststop.MARK in fleet.rounds[0]["spark-0"]
+    assert stop not in fleet.rounds[1]["spark-2"] and fleet.rounds[1]["spark-2"].startswith(faststop.MARK)
+    assert sorted(done) == [f"spark-{r}" for r in range(4)]
+
+
+def test_the_workers_are_stopped_even_when_rank_0_does_not_answer() -> None:
+    ok = HostResult("x", 0, "stop: stopped (was active, forced: yes)\n")
+    fleet = Fleet({"spark-0": HostResult("spark-0", error="timed out connecting to 10.250.0.10:22")}
+                  | {f"spark-{r}": ok for r in range(1, 4)})
+    with pytest.raises(SparkctlError) as err:
+        faststop.stop(_doc(), fleet)
+    assert err.value.details == ["spark-0: timed out connecting to 10.250.0.10:22"]
+    assert sorted(fleet.rounds[1]) == ["spark-1", "spark-2", "spark-3"]
+
+
+def test_the_leave_period_is_the_rendered_one_and_the_roles() -> None:
+    from sparkctl.render import rank
+
+    defaults = yaml.safe_load(ROLE_DEFAULTS.read_text())
+    assert defaults["spark_rank_leave_s"] == "{{ spark_rank_launch.leave_s }}"
+    assert rank.RankLaunch.from_json({}).leave_s == rank.LEAVE_S
 
 
 def test_a_container_that_outlived_its_killed_unit_is_killed(tmp_path: Path) -> None:

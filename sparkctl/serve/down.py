@@ -70,11 +70,12 @@ def stop_ranks(cluster: Cluster, doc: dict[str, Any], fleet: FleetLike, tools: T
 def stop_after_failure(cluster: Cluster, doc: dict[str, Any], tools: Tools, out: Output,
                        run_dir: Path | None = None, limit: str | None = None) -> str:
     """Stop every rank after a failed start; say what was really stopped (never assume it). Its own
-    SSH connections: the start's may be in the middle of what was interrupted."""
+    SSH connections: the start's may be in the middle of what was interrupted. No grace period: the
+    group never served, so rank 0 has nothing to drain and no worker waits for its broadcast."""
     fleet = None
     try:
         fleet = tools.fleet(cluster)
-        stop = stop_ranks(cluster, doc, fleet, tools, out, run_dir=run_dir, limit=limit)
+        stop = stop_ranks(cluster, doc, fleet, tools, out, grace_s=0, run_dir=run_dir, limit=limit)
     except BaseException as exc:  # even a second Ctrl-C or a runner crash must be reported
         return f"stopping the ranks failed too ({type(exc).__name__}: {exc}); run `sparkctl down`"
     finally:

@@ -237,6 +237,9 @@ def test_ctrl_c_during_the_start_playbook_stops_everything(run_cli: Any, site: S
     assert site.books() == ["up.yml"] and site.stop_rounds() == 1
     assert all(st.unit == "inactive" for st in site.nodes.state.values())
     assert "all 4 ranks were stopped" in res.err + res.out
+    # the group never served: nothing to drain, no worker left waiting for rank 0's broadcast
+    stops = [t for t in site.nodes.sent if t.startswith(faststop.MARK)]
+    assert len(stops) == 4 and all("grace=0 " in t for t in stops), stops
 
 
 def test_an_error_while_recording_stops_everything(run_cli: Any, site: Site, tmp_path: Path) -> None:

@@ -10,9 +10,12 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from rich import box
+from rich.console import Group
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from sparkctl import ui
 from sparkctl.ansible.runner import RunnerEvent
@@ -30,17 +33,36 @@ PHASE_MARK = {bootwatch.OK: ui.OK, bootwatch.FAIL: ui.FAIL, bootwatch.WAIT: "[cy
               bootwatch.SKIP: ui.SKIP, bootwatch.PENDING: "[dim]·[/dim]"}
 
 
-def phase_table(state: bootwatch.BootState) -> Table:
-    table = Table(title=f"gate: {state.gate}  ({state.elapsed:.0f} s, {state.samples} memory samples)")
-    for col in ("rank", "node", "unit", *bootwatch.PHASES[1:], "MemAvail min GiB", "note"):
-        table.add_column(col.replace("_", " "))
-    for row in sorted(state.rows.values(), key=lambda r: r.rank):
-        table.add_row(
-            str(row.rank), row.name, f"{PHASE_MARK[row.phases['unit']]} {row.unit}",
-            *(PHASE_MARK[row.phases[p]] for p in bootwatch.PHASES[1:]),
-            gib(row.mem_min), row.note,
-        )
-    return table
+# The phases' column headers: short, so that the table fits an 80-column terminal with node names of
+# up to ~20 characters whole. A unit that is not active says its state, and each rank's note goes, under
+# the table on a line of its own.
+PHASE_HEADER = {"server_info": "info"}
+
+
+def phase_table(state: bootwatch.BootState, width: int = 80) -> Group:
+    headers = ["rank", "node", *(PHASE_HEADER.get(p, p) for p in bootwatch.PHASES), "MemAvail"]
+    longest = max((len(r.name) for r in state.rows.values()), default=4)
+    natural = sum(len(h) for h in headers) - len("node") + max(longest, len("node"))
+    gap = 2 if natural + 2 * (len(headers) - 1) <= width else 1  # two spaces between columns where they fit
+    table = Table(title=f"gate: {state.gate}  ({state.elapsed:.0f} s, {state.samples} memory samples)",
+                  box=box.SIMPLE_HEAD, title_justify="left", padding=(0, gap - 1), pad_edge=False,
+                  collapse_padding=True, show_edge=False)
+    table.add_column("rank", no_wrap=True)
+    table.add_column("node", no_wrap=True)
+    for phase in bootwatch.PHASES:
+        table.add_column(PHASE_HEADER.get(phase, phase), justify="center", no_wrap=True)
+    table.add_column("MemAvail\nmin GiB", justify="right", no_wrap=True)
+    rows = sorted(state.rows.values(), key=lambda r: r.rank)
+    for row in rows:
+        table.add_row(str(row.rank), row.name, *(PHASE_MARK[row.phases[p]] for p in bootwatch.PHASES),
+                      gib(row.mem_min))
+    notes = []
+    for row in rows:
+        said = [f"unit {row.unit}"] if row.unit not in ("active", "?") else []
+        said += [row.note] if row.note else []
+        if said:
+            notes.append(Text(f"  rank {row.rank} ({row.name}): {'; '.join(said)}"))
+    return Group(table, *notes)
 
 
 def preflight_table(checks: list[preflight.Check]) -> Table:
@@ -85,8 +107,8 @@ class ConsoleOutput:
         if self.as_json:
             yield lambda s: None
             return
-        with Live(phase_table(state), console=ui.console, refresh_per_second=4) as live:
-            yield lambda s: live.update(phase_table(s))
+        with Live(phase_table(state, ui.console.width), console=ui.console, refresh_per_second=4) as live:
+            yield lambda s: live.update(phase_table(s, ui.console.width))
 
 
 # --- the admin's lifecycle commands ------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,14 +46,15 @@ class Stopped:
 
 def stop_ranks(cluster: Cluster, doc: dict[str, Any], fleet: FleetLike, tools: Tools, out: Output,
                grace_s: int | None = None, over_ssh: bool = True, run_dir: Path | None = None,
-               limit: str | None = None) -> Stopped:
+               limit: str | None = None, outsiders: Collection[str] = ()) -> Stopped:
     """Stop every rank: the spark_rank role's stop steps over SSH in one round (serve/faststop.py);
     when a node does not answer or its stop fails (or ``over_ssh`` is False), playbooks/down.yml,
     which reports every node (its records in ``run_dir`` when the verb has one). ``limit``: one
-    serving group's nodes (``serve.groups.Target.limit``), the playbook's --limit."""
+    serving group's nodes (``serve.groups.Target.limit``), the playbook's --limit. ``outsiders``:
+    nodes whose rank left the group (``faststop.scripts``), stopped without a wait over SSH."""
     if over_ssh:
         try:
-            done = faststop.stop(doc, fleet, grace_s)
+            done = faststop.stop(doc, fleet, grace_s, outsiders)
             return Stopped("ssh", True, any(what != "inactive" for what in done.values()))
         except SparkctlError as exc:
             out.falling_back(f"{exc} ({'; '.join(exc.details)})")

@@ -20,7 +20,7 @@ runs it then (`--full` always does).
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from sparkctl.errors import SparkctlError
@@ -79,10 +79,13 @@ def _head(entry: Mapping[str, Any]) -> bool:
     return int(entry["rank"]) == 0
 
 
-def scripts(doc: Mapping[str, Any], grace_s: int | None = None) -> dict[str, str]:
+def scripts(doc: Mapping[str, Any], grace_s: int | None = None,
+            outsiders: Collection[str] = ()) -> dict[str, str]:
     """Every node's stop script: the unit and container the plan renders; rank 0's sends SIGTERM
     and waits the profile's drain period (``rank_launch.drain_s``) unless ``grace_s`` overrides it,
-    a worker's waits its leave period (``rank_launch.leave_s``, at most the grace)."""
+    a worker's waits its leave period (``rank_launch.leave_s``, at most the grace). ``outsiders``:
+    nodes whose rank is no longer the group's (restarted or OOM-killed since `up` made it ready:
+    ``verdict.rank_faults``); nothing will tell them to exit and they serve nothing, so no wait."""
     out = {}
     router = doc.get("router")
     for entry in doc["nodes"]:
@@ -90,6 +93,8 @@ def scripts(doc: Mapping[str, Any], grace_s: int | None = None) -> dict[str, str
         grace = grace_s if grace_s is not None else rl.drain_s
         if not _head(entry):
             grace = min(grace, rl.leave_s)
+        if entry["name"] in outsiders:
+            grace = 0
         text = stop_script(rl.unit_name, rl.container, grace, head=_head(entry))
         if router and entry["name"] == router["node"]:
             # The router in front of the groups (sparkctl_router) stops first, as down.yml stops it.
@@ -103,12 +108,14 @@ def router_stop(unit: str) -> str:
     return f"systemctl stop {shlex.quote(unit)} 2>/dev/null || true\n"
 
 
-def stop(doc: Mapping[str, Any], fleet: FleetLike, grace_s: int | None = None) -> dict[str, str]:
+def stop(doc: Mapping[str, Any], fleet: FleetLike, grace_s: int | None = None,
+         outsiders: Collection[str] = ()) -> dict[str, str]:
     """Stop every rank unit over SSH: each group's rank 0 first (with the router's node), then the
     workers (see the module text); what each node did (``inactive``: nothing ran, else ``stopped
     ...``). Raises SparkctlError naming every node that did not answer or whose stop failed
-    (details ``node: why``); the workers are stopped even when a rank 0 was not."""
-    texts = scripts(doc, grace_s)
+    (details ``node: why``); the workers are stopped even when a rank 0 was not. ``outsiders``: as
+    for :func:`scripts`."""
+    texts = scripts(doc, grace_s, outsiders)
     entries = {str(e["name"]): e for e in doc["nodes"]}
     heads = [n for n in texts if _head(entries[n])]
     workers = [n for n in texts if n not in heads]

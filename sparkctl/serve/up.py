@@ -113,8 +113,9 @@ class Up:
                 if not self.yes:
                     self.confirm_replace(before, why)
                 out.say(f"stopping the running ranks first ({why})")
+                # a rank restarted or OOM-killed since it was made ready is out of the group: no wait
                 stop = stop_ranks(cluster, doc, fleet, self.tools, out, run_dir=self.run_dir(),
-                                  limit=self.limit)
+                                  limit=self.limit, outsiders={n for n, f in before.faults.items() if f})
                 if not stop.ok:
                     raise stop.error("could not stop the running ranks")
                 checks, fast = self.preflight_and_check(fleet)  # again, with the ranks stopped

@@ -39,3 +39,22 @@ def test_status_fails_naming_an_oom_killed_rank(run_cli: Any, site: Site) -> Non
     assert res.code == EXIT_UNHEALTHY
     reasons = json.loads(res.out)["reasons"]
     assert "spark-1 (rank 1): rank unit was OOM-killed (systemd result oom-kill)" in reasons, reasons
+
+
+def test_up_heals_a_restarted_rank_without_waiting_for_it(run_cli: Any, site: Site) -> None:
+    """The restarted rank is out of its group: rank 0 will never tell it to exit and it serves
+    nothing, so the stop before the new start gives it no grace period (a worker's 30 s leave period
+    went to it on the lab); the other ranks stop as `down` stops them."""
+    from sparkctl.serve import faststop
+
+    assert run_cli("-i", str(site.inventory), "up").code == EXIT_OK
+    site.nodes.state["spark-2"].invocation = "a-later-start"
+    site.nodes.sent.clear()
+    site.nodes.sent_to.clear()
+    res = run_cli("-i", str(site.inventory), "up", "--yes")
+    assert res.code == EXIT_OK, res.err
+    assert "cluster is degraded" in res.out
+    stops = {n: t for n, t in zip(site.nodes.sent_to, site.nodes.sent, strict=True)
+             if t.startswith(faststop.MARK)}
+    assert "grace=0 " in stops["spark-2"], stops["spark-2"]
+    assert "head=1 grace=75 " in stops["spark-0"] and "grace=30 " in stops["spark-1"], stops

@@ -139,6 +139,7 @@ class FakeNodes:
         self.state = {n: NodeState() for n in names}
         self.calls: list[tuple[str, str]] = []  # (node, mode or command)
         self.sent: list[str] = []                 # every script text sent to a node
+        self.sent_to: list[str] = []              # ... and the node it was sent to
         self.rounds: dict[str, int] = {}
         self.joined: list[list[str]] = []         # each joined round's parts (modes), in order
         self.on_round: Any = None
@@ -167,6 +168,7 @@ class FakeNodes:
             text = script if isinstance(script, str) else script(self.targets[n]) if callable(script) \
                 else script[n]
             self.sent.append(text)
+            self.sent_to.append(n)
             out[n] = self._answer(n, text)
         return out
 

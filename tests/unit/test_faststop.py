@@ -227,3 +227,11 @@ def test_a_container_that_outlived_its_killed_unit_is_killed(tmp_path: Path) -> 
     assert said == "stop: stopped (was failed, forced: yes, its container had outlived it)"
     assert "docker kill sparkctl-r2" in node.calls() and not (tmp_path / "container").exists()
     assert "docker ps -q --filter name=^/sparkctl-r2$" in (tmp_path / "log").read_text()
+
+
+def test_an_outsider_is_stopped_without_a_wait_whatever_its_rank() -> None:
+    """A rank restarted or OOM-killed since `up` made it ready (`verdict.rank_faults`) is out of its
+    group: no broadcast will reach it and it serves nothing."""
+    texts = faststop.scripts(_doc(), outsiders={"spark-0", "spark-2"})
+    assert "head=1 grace=0 " in texts["spark-0"] and "head=0 grace=0 " in texts["spark-2"]
+    assert "head=0 grace=30 " in texts["spark-1"]

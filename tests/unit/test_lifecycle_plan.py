@@ -88,8 +88,9 @@ def test_the_rolling_play_takes_one_node_at_a_time_and_stops_at_the_first_failur
     rank_stop = yaml.safe_load((REPO / "roles/spark_rank/tasks/stop.yml").read_text())
     acting = next(t for t in rank_stop if "block" in t)
     assert acting["when"] == "not ansible_check_mode"
-    assert {t["name"] for t in acting["block"]} >= {"Wait for each group's rank 0 to drain and leave within the grace period",
-                                                  "Wait for the other ranks to leave now that their rank 0 is gone"}
+    assert {t["name"] for t in acting["block"]} >= {
+        "Wait for each group's rank 0 to drain and leave within the grace period",
+        "Wait for the other ranks to leave now that their rank 0 is gone"}
     report = next(t for t in rank_stop if t.get("ansible.builtin.debug"))
     assert "ansible_check_mode" in report["when"]
     # the whole group agrees at the end

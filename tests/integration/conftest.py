@@ -85,16 +85,17 @@ def pytest_configure(config: pytest.Config) -> None:
 #
 # `make integration` runs three streams side by side (pytest-xdist, -n 3: the scheduler below gives
 # each stream whole, in this order, to one worker and its own lab; with two, the cores sat a quarter
-# idle, waiting on boots, timers and readiness). The staged and serving path on one; provisioning,
-# the fast paths, monitoring, qualify/bench, the wheel and day one on another; the lab's own checks,
-# first-day safety, the supervisor and the lifecycle on the third. One process without xdist runs
-# them all, one after the other.
+# idle, waiting on boots, timers and readiness). The staged and serving path and the armed reverts
+# (mostly waits on the nodes' timers) on one; provisioning, the fast paths, monitoring, qualify/bench,
+# the wheel and day one on another; the lab's own checks, the supervisor, the lifecycle and the
+# groups on the third (streams balanced by the wall times `--durations` prints). One process
+# without xdist runs them all, one after the other.
 STREAMS = (
-    ("test_image", "test_kit", "test_stage", "test_sim_by_hand", "test_serve", "test_m1_smoke_lab",
-     "test_shape_triangle_lab", "test_shape_ring_lab"),
+    ("test_image", "test_kit", "test_stage", "test_sim_by_hand", "test_serve", "test_revert",
+     "test_m1_smoke_lab", "test_shape_triangle_lab", "test_shape_ring_lab"),
     ("test_provision", "test_thermals_lab", "test_up_fast", "test_monitoring_lab", "test_qa",
      "test_ssh_port_lab", "test_vault", "test_wheel_install", "test_day_one_lab"),
-    ("test_lab", "test_lab_docker", "test_revert", "test_provision_fast",
+    ("test_lab", "test_lab_docker", "test_provision_fast",
      "test_watch", "test_watch_lifecycle", "test_groups_lab"),
 )  # fmt: skip
 MODULE_ORDER = tuple(name for stream in STREAMS for name in stream)

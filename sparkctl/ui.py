@@ -23,6 +23,22 @@ SKIP = "[yellow]–[/yellow]"
 json_written = False
 
 
+def live(renderable: Any, console: Console, **options: Any) -> Any:
+    """rich's ``Live`` (imported when a command draws one), ending its last line where the console is
+    not a terminal: rich ends it only on a terminal, so in a pipe or a log the next line printed ran
+    on after the table's last row."""
+    from rich.live import Live
+
+    class _Live(Live):
+        def stop(self) -> None:
+            drew = self._started and not self.transient and not console.is_terminal and not console.is_jupyter
+            super().stop()
+            if drew:
+                console.line()
+
+    return _Live(renderable, console=console, **options)
+
+
 def print_json(data: Any) -> None:
     """Machine output: one JSON document on stdout, nothing else."""
     global json_written

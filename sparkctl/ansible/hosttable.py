@@ -14,7 +14,6 @@ from types import TracebackType
 from typing import Any
 
 from rich.console import Console, Group
-from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
@@ -56,14 +55,12 @@ class HostTable:
         self.play = ""
         self.started = time.monotonic()
         self._lock = threading.Lock()
-        self._live: Live | None = None
+        self._live: Any = None
 
     # -- context manager -------------------------------------------------------------------------
     def __enter__(self) -> HostTable:
         if self.enabled:
-            self._live = Live(
-                self._render(), console=self.console, refresh_per_second=8, transient=False
-            )
+            self._live = ui.live(self._render(), self.console, refresh_per_second=8, transient=False)
             self._live.__enter__()
         return self
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkctl.ansible import roledefaults
+from sparkctl.ansible import reach, roledefaults
 
 if TYPE_CHECKING:
     from sparkctl.model import Cluster
@@ -30,6 +30,9 @@ class Plan:
     check: bool = False
     diff: bool = False
     verbosity: int = 0
+    # name -> (address, SSH port) of the nodes the controller dials directly: the runner asks each
+    # for a TCP answer first (sparkctl.ansible.reach) and gives a silent one a short SSH timeout.
+    ssh_endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
 
     def argv(self) -> list[str]:
         """The equivalent manual command, for logs and for `--verbose`."""
@@ -64,7 +67,8 @@ def secret_env_names(cluster: Cluster) -> tuple[str, ...]:
 def _plan(cluster: Cluster, **kw: Any) -> Plan:
     """A plan on this cluster's inventory, with the names of the environment variables its secrets
     are read from (never their values)."""
-    return Plan(inventory=Path(cluster.inventory_dir), secret_env=secret_env_names(cluster), **kw)
+    return Plan(inventory=Path(cluster.inventory_dir), secret_env=secret_env_names(cluster),
+                ssh_endpoints=reach.endpoints(cluster), **kw)
 
 
 STAGE_WHAT = ("kit", "image", "weights", "engram", "all")

@@ -455,6 +455,29 @@ def _run_dir_for(
                 cp_dir.rmdir()
 
 
+SILENT_FILE = "silent-nodes.yml"
+
+
+def _inventory_sources(plan: Plan, private_dir: Path) -> str | list[str]:
+    """The inventory, and for the nodes whose SSH port answered no TCP connect a second source
+    giving each a short SSH timeout (``sparkctl.ansible.reach``): Ansible still tries and reports them,
+    without waiting out the minute a loaded node's handshake may need. Kept in the run directory
+    (``silent/silent-nodes.yml``) as what this run decided."""
+    inventory = str(Path(plan.inventory).resolve())
+    from sparkctl.ansible import reach
+
+    quiet = reach.silent(plan.ssh_endpoints)
+    if not quiet:
+        return inventory
+    extra = private_dir / "silent" / SILENT_FILE
+    extra.parent.mkdir(parents=True, exist_ok=True)
+    hosts = {n: {"ansible_ssh_timeout": reach.SILENT_SSH_TIMEOUT_S} for n in quiet}
+    extra.write_text("# nodes whose SSH port answered no TCP connect within "
+                     f"{reach.CONNECT_TIMEOUT_S:g} s before this run (sparkctl.ansible.reach)\n"
+                     + json.dumps({"all": {"hosts": hosts}}, indent=2) + "\n")
+    return [inventory, str(extra)]
+
+
 def execute(
     plan: Plan,
     on_event: EventHandler | None = None,
@@ -512,7 +535,7 @@ def execute(
                     private_data_dir=str(private_dir),
                     project_dir=str(project),
                     playbook=f"playbooks/{plan.playbook}",
-                    inventory=str(Path(plan.inventory).resolve()),
+                    inventory=_inventory_sources(plan, private_dir),
                     ident=_IDENT,
                     envvars=envvars,
                     extravars=dict(plan.extravars) or None,

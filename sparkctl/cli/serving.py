@@ -12,7 +12,6 @@ from typing import Any
 
 from rich import box
 from rich.console import Group
-from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -107,7 +106,7 @@ class ConsoleOutput:
         if self.as_json:
             yield lambda s: None
             return
-        with Live(phase_table(state, ui.console.width), console=ui.console, refresh_per_second=4) as live:
+        with ui.live(phase_table(state, ui.console.width), ui.console, refresh_per_second=4) as live:
             yield lambda s: live.update(phase_table(s, ui.console.width))
 
 

@@ -37,6 +37,9 @@ INVENTORY_SSH_CONFIG = "ssh_config"
 # In the order Ansible puts them on ssh's command line.
 ANSIBLE_SSH_ARGS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")
 DEFAULT_PORT = 22
+# The TCP connect: a node's kernel answers a SYN whatever its load, so a node that does not within
+# 3 s is not there (powered off, cable cut), and `status` says so without waiting longer.
+CONNECT_TIMEOUT_S = 3.0
 
 _FLAG_OPTION = {"-J": "proxyjump", "-i": "identityfile", "-p": "port", "-l": "user", "-F": "-F"}
 
@@ -206,6 +209,35 @@ def config_port(files: Sequence[Path], address: str, name: str) -> int | None:
         if port is not None:
             return port
     return None
+
+
+def _mentions(paths: Sequence[Path], word: str) -> bool:
+    for path in paths:
+        try:
+            if word in path.expanduser().read_text(errors="replace").lower():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def proxies(hostvars: Mapping[str, Any], inventory_dir: Path, address: str, name: str,
+            config: paramiko.SSHConfig | None = None) -> tuple[str | None, str | None]:
+    """A host's ProxyJump and ProxyCommand (each None where ssh dials it directly, or ``none``):
+    the first found in its ssh arguments (``-J``, ``-o``), then the ssh_config files under its
+    address, then its name. ``config``: those files already read (``read_ssh_config``)."""
+    args = " ".join(str(hostvars[k]) for k in ANSIBLE_SSH_ARGS if hostvars.get(k))
+    layers: list[Mapping[str, Any]] = [ssh_options_from_args(args)]
+    files = config_files(hostvars, inventory_dir)
+    if config is not None or _mentions(files, "proxy"):  # the common case: nothing to parse
+        config = config if config is not None else read_ssh_config(files)
+        layers += [config.lookup(address), config.lookup(name)]
+    found: list[str | None] = []
+    for key in ("proxyjump", "proxycommand"):
+        value = next((v for layer in layers if (v := layer.get(key)) not in (None, "", [])), None)
+        value = value[0] if isinstance(value, list) else value
+        found.append(None if value is None or str(value).lower() == "none" else str(value))
+    return found[0], found[1]
 
 
 def resolve_port(hostvars: Mapping[str, Any], inventory_dir: Path, address: str, name: str) -> int:

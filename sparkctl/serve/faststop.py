@@ -81,13 +81,13 @@ def _head(entry: Mapping[str, Any]) -> bool:
 
 def scripts(doc: Mapping[str, Any], grace_s: int | None = None,
             outsiders: Collection[str] = ()) -> dict[str, str]:
-    """Every node's stop script: the unit and container the plan renders; rank 0's sends SIGTERM
-    and waits the profile's drain period (``rank_launch.drain_s``) unless ``grace_s`` overrides it,
-    a worker's waits its leave period (``rank_launch.leave_s``, at most the grace). ``outsiders``:
-    nodes whose rank is no longer the group's (restarted or OOM-killed since `up` made it ready:
-    ``verdict.rank_faults``); nothing will tell them to exit and they serve nothing, so no wait."""
+    """Every node's rank stop script (the router's stop is :func:`stop`'s to add): the unit and
+    container the plan renders; rank 0's sends SIGTERM and waits the profile's drain period
+    (``rank_launch.drain_s``) unless ``grace_s`` overrides it, a worker's waits its leave period
+    (``rank_launch.leave_s``, at most the grace). ``outsiders``: nodes whose rank is no longer the
+    group's (restarted or OOM-killed since `up` made it ready: ``verdict.rank_faults``); nothing
+    will tell them to exit and they serve nothing, so no wait."""
     out = {}
-    router = doc.get("router")
     for entry in doc["nodes"]:
         rl = probe.rank_launch(entry)
         grace = grace_s if grace_s is not None else rl.drain_s
@@ -95,11 +95,7 @@ def scripts(doc: Mapping[str, Any], grace_s: int | None = None,
             grace = min(grace, rl.leave_s)
         if entry["name"] in outsiders:
             grace = 0
-        text = stop_script(rl.unit_name, rl.container, grace, head=_head(entry))
-        if router and entry["name"] == router["node"]:
-            # The router in front of the groups (sparkctl_router) stops first, as down.yml stops it.
-            text = text.replace(MARK + "\n", f"{MARK}\n{router_stop(router['unit'])}", 1)
-        out[str(entry["name"])] = text
+        out[str(entry["name"])] = stop_script(rl.unit_name, rl.container, grace, head=_head(entry))
     return out
 
 
@@ -121,9 +117,9 @@ def stop(doc: Mapping[str, Any], fleet: FleetLike, grace_s: int | None = None,
     workers = [n for n in texts if n not in heads]
     first: dict[str, str] = {n: texts[n] for n in heads}
     router = doc.get("router")
-    if router and router["node"] in workers:  # the router stops first, as down.yml stops it
-        first[router["node"]] = router_stop(router["unit"])
-        texts[router["node"]] = texts[router["node"]].replace(router_stop(router["unit"]), "", 1)
+    if router:  # the router in front of the groups stops first, as down.yml stops it
+        node, text = str(router["node"]), router_stop(router["unit"])
+        first[node] = f"{MARK}\n{text}{first[node].split(chr(10), 1)[1]}" if node in first else text
     longest = max((probe.rank_launch(entries[n]).drain_s for n in heads), default=60)
     leave = max((probe.rank_launch(entries[n]).leave_s for n in workers), default=0)
     rounds = [(first, (grace_s if grace_s is not None else longest) + STOP_WAIT_S + 30),

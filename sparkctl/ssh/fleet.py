@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkctl.model import sshconfig
 from sparkctl.ssh.sections import Sections, parse_sections
 from sparkctl.ssh.targets import (
     Target,
@@ -46,9 +47,8 @@ __all__ = [
     "ssh_options_from_args", "targets_for",
 ]
 
-# The TCP connect: a node's kernel answers a SYN whatever its load, so a node that does not within
-# 3 s is not there (powered off, cable cut), and `status` says so without waiting longer.
-CONNECT_TIMEOUT_S = 3.0
+# The TCP connect (the model's: sparkctl.ansible.reach waits the same before a playbook).
+CONNECT_TIMEOUT_S = sshconfig.CONNECT_TIMEOUT_S
 # Past the TCP connect, sshd forks and sends its banner, then key exchange and login: on a loaded
 # node (the lab's four nodes share the controller's cores; a Spark compiling or swapping) each takes
 # its turn for CPU. 3 s, the connect timeout, was once used for these too, and a node at load ~12

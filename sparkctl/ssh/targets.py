@@ -56,6 +56,7 @@ class Target:
     sudo: bool = False                 # wrap scripts in `sudo -n` (the SSH user is not root)
     rank: int | None = None
     proxy_jump: str | None = None      # `[user@]host[:port][,...]`, as ssh's -J / ProxyJump
+    proxy_command: str | None = None   # ssh's ProxyCommand: something else opens the stream
     ssh_config: tuple[Path, ...] = DEFAULT_SSH_CONFIGS
 
 
@@ -111,7 +112,7 @@ def targets_for(cluster: Cluster) -> list[Target]:
         if known is None:
             kh = _first(*layers, key="userknownhostsfile")
             known = Path(kh.split()[0]) if kh else None
-        jump = _first(*layers, key="proxyjump")
+        jump, command = sshconfig.proxies(hv, inv, address, node.name, parsed[files])
         out.append(
             Target(
                 name=node.name,
@@ -122,7 +123,8 @@ def targets_for(cluster: Cluster) -> list[Target]:
                 known_hosts=_abs(Path(known), inv) if known else None,
                 sudo=user != "root",
                 rank=node.rank,
-                proxy_jump=None if jump is None or jump.lower() == "none" else jump,
+                proxy_jump=jump,
+                proxy_command=command,
                 ssh_config=files,
             )
         )

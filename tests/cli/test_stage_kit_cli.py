@@ -91,7 +91,7 @@ def test_stage_kit_without_a_kit_is_bad_input(run_cli: Any, tmp_path: Path, fake
 
 
 def test_plan_accepts_kit_and_refuses_the_unknown() -> None:
-    cluster = type("C", (), {"inventory_dir": "/inv", "secrets": {}})()
+    cluster = type("C", (), {"inventory_dir": "/inv", "secrets": {}, "nodes": []})()
     assert for_stage(cluster, "kit", verify_only=True).extravars["spark_stage_what"] == "kit"
     with pytest.raises(ValueError, match="what must be one of"):
         for_stage(cluster, "kits")

@@ -168,11 +168,30 @@ def test_the_rulesets_with_a_router_pass_nft(tmp_path: Path, name: str) -> None:
 
 def test_the_fast_down_stops_the_router_on_its_node_first(site: Path) -> None:
     from sparkctl.serve import faststop
+    from sparkctl.ssh.fleet import HostResult
 
-    cluster = _load(site, {"node": "spark-5"})
-    texts = faststop.scripts(plan_document(cluster))
+    class Fleet:
+        def __init__(self) -> None:
+            self.rounds: list[dict[str, str]] = []
+
+        def run(self, scripts: dict[str, str], timeout: float, only: list[str]) -> dict[str, HostResult]:
+            self.rounds.append(dict(scripts))
+            return {n: HostResult(n, 0, "stop: stopped (was active, forced: no)\n") for n in scripts}
+
     stop = f"systemctl stop {router.UNIT_NAME}"
-    assert texts["spark-5"].startswith(f"{faststop.MARK}\n{stop} ")
-    assert all(stop not in t for n, t in texts.items() if n != "spark-5")
-    plain = _load(site, None)
-    assert all(stop not in t for t in faststop.scripts(plan_document(plain)).values())
+    fleet = Fleet()
+    done = faststop.stop(plan_document(_load(site, {"node": "spark-5"})), fleet)
+    assert fleet.rounds[0]["spark-5"].startswith(stop)  # spark-5 serves a worker: its rank stops after
+    assert fleet.rounds[1]["spark-5"].startswith(faststop.MARK)
+    where = [(r, n) for r, sent in enumerate(fleet.rounds) for n, t in sent.items() if stop in t]
+    assert where == [(0, "spark-5")]
+    fleet = Fleet()
+    faststop.stop(plan_document(_load(site, {"node": "spark-4"})), fleet)  # the second group's rank 0
+    assert fleet.rounds[0]["spark-4"].startswith(f"{faststop.MARK}\n{stop} ")
+    assert "sparkctl-rank" in fleet.rounds[0]["spark-4"]
+    assert "spark-5" in done
+    fleet = Fleet()
+    faststop.stop(plan_document(_load(site, None)), fleet)
+    assert all(stop not in t for sent in fleet.rounds for t in sent.values())
+    routed = plan_document(_load(site, {"node": "spark-5"}))
+    assert all(stop not in t for t in faststop.scripts(routed).values())

@@ -51,6 +51,11 @@ class Sim:
     def root(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def kill(self) -> None:
+        """Stop at once, without the graceful drain (a request still running would hold it)."""
+        for proc in self.procs:
+            proc.kill()
+
     def stop(self) -> None:
         for proc in reversed(self.procs):  # rank 0 first, as `down` does
             if proc.poll() is None:
@@ -319,6 +324,7 @@ def test_a_busy_server_is_refused_before_anything_is_measured(start_sim: Callabl
                        r"\(GET /v1/loads\)"):
         bench.run_bench(endpoint, workloads=["coding"], concurrency=[1], waves=1, c1_samples=1, warmup="none")
     assert _generated_tokens(sim) - before < 100  # only the other client's request decoded meanwhile
+    sim.kill()  # not the graceful stop: it would wait out the other client's 20 s request
 
 
 def test_a_server_that_is_not_the_profiles_is_refused_naming_the_field(start_sim: Callable[..., Sim]) -> None:
@@ -561,6 +567,7 @@ def test_cli_bench_refuses_a_busy_server_with_one_json_error(
     assert error["message"].startswith("rank 0 is busy before the coding suite: 1 running, 0 waiting")
     assert "wait for the other clients" in error["hint"]
     assert not list((tmp_path / "results").glob("bench-*/bench.json"))  # nothing measured, nothing kept
+    sim.kill()  # not the graceful stop: it would wait out the other client's 20 s request
 
 
 @pytest.mark.timing

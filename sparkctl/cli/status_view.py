@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rich import box
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from sparkctl import ui
 from sparkctl.serve import verdict
 from sparkctl.serve.thermals import CRIT
 from sparkctl.serve.thermals import gpu_text as gpu_cell
@@ -25,10 +27,39 @@ def gib(value: int | None) -> str:
     return f"{value / verdict.GIB:.1f}" if value is not None else "–"
 
 
+def uptime(seconds: float) -> str:
+    """A unit's time up, short: ``45s``, ``12m``, ``3h12m``, ``4d3h``."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600}h"
+
+
+def fabric_cell(links: dict[str, Any]) -> str:
+    """The node's fabric ports: ``2× up 9000`` where they agree, else each one's state and MTU (a
+    missing port by name)."""
+    shown = []
+    for dev, link in links.items():
+        if not link.get("present"):
+            shown.append(f"[red]{escape(dev)} missing[/red]")
+        else:
+            c = "green" if link.get("state") in ("up", "unknown") else "red"
+            shown.append(f"[{c}]{escape(str(link.get('state')))}[/{c}] {link.get('mtu')}")
+    if len(shown) > 1 and len(set(shown)) == 1 and "missing" not in shown[0]:
+        return f"{len(shown)}× {shown[0]}"
+    return " ".join(shown) or "–"
+
+
 def status_table(snap: verdict.Snapshot) -> Table:
-    table = Table(title=None, expand=False)
-    for col in ("rank", "node", "unit", "MemAvail GiB", "GPU", "fabric", "shards"):
-        table.add_column(col)
+    """One row per node, within 80 columns for four `spark-N` nodes: no cell wraps."""
+    table = Table(title=None, expand=False, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
+                  collapse_padding=True, show_edge=False)
+    for col in ("rank", "node", "unit", "mem GiB", "GPU", "fabric", "shards"):
+        table.add_column(col, no_wrap=col in ("mem GiB", "GPU", "fabric"))
     for f in sorted(snap.nodes.values(), key=lambda f: f.rank):
         if not f.reachable:
             # why, and what to check, is its line among the reasons under the table (printed once)
@@ -39,22 +70,15 @@ def status_table(snap: verdict.Snapshot) -> Table:
         unit = f"[{color}]{state}[/{color}]"
         up_s = f.unit.get("up_s")
         if state == "active" and up_s is not None:
-            unit += f" {int(up_s)}s"
+            unit += f" {uptime(up_s)}"
         faults = snap.faults.get(f.name)
         if faults:  # OOM-killed or restarted, in words (verdict.rank_faults)
             unit += " [red]" + escape("; ".join(faults)) + "[/red]"
-        links = []
-        for dev, link in (f.data.get("links") or {}).items():
-            if not link.get("present"):
-                links.append(f"[red]{dev} missing[/red]")
-            else:
-                c = "green" if link.get("state") in ("up", "unknown") else "red"
-                links.append(f"[{c}]{link.get('state')}[/{c}] {link.get('mtu')}")
         shards = f.data.get("shards")
-        shard_text = "–" if shards is None else ("[green]verified[/green]" if shards.get("verified")
-                                                 else "[red]not verified[/red]")
-        table.add_row(str(f.rank), f.name, unit, gib(f.mem_available), gpu_cell(f), " ".join(links),
-                      shard_text)
+        # verified or not; why not is among the reasons under the table
+        shard_text = "–" if shards is None else (ui.OK if shards.get("verified") else ui.FAIL)
+        table.add_row(str(f.rank), f.name, unit, gib(f.mem_available), gpu_cell(f),
+                      fabric_cell(f.data.get("links") or {}), shard_text)
     return table
 
 

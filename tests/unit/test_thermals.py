@@ -114,7 +114,7 @@ def test_warnings_of_a_round_by_rank_skipping_unreachable_and_broken_readers(tmp
 
 
 def test_status_cell_shows_temperature_clock_against_max_and_power() -> None:
-    assert thermals.gpu_text(facts("a", 0, dev(temp=71, sm=2100, power=95.4))) == "71°C 2100/2400 MHz 95 W"
+    assert thermals.gpu_text(facts("a", 0, dev(temp=71, sm=2100, power=95.4))) == "71°C 2100/2400MHz 95W"
     assert thermals.gpu_text(facts("a", 0, dev(), dev(index="1"))).endswith("(+1 GPU)")
     assert thermals.gpu_text(facts("a", 0, error="boom")) == "error"
     assert thermals.gpu_text(NodeFacts("a", 0, True, None, {"gpu": None})) == "–"

@@ -117,7 +117,8 @@ def stop(doc: Mapping[str, Any], fleet: FleetLike, grace_s: int | None = None,
     workers = [n for n in texts if n not in heads]
     first: dict[str, str] = {n: texts[n] for n in heads}
     router = doc.get("router")
-    if router:  # the router in front of the groups stops first, as down.yml stops it
+    if router and str(router["node"]) in texts:  # the router in front of the groups stops first, as
+        # down.yml stops it (with the group whose node runs it: another group's doc has no such node)
         node, text = str(router["node"]), router_stop(router["unit"])
         first[node] = f"{MARK}\n{text}{first[node].split(chr(10), 1)[1]}" if node in first else text
     longest = max((probe.rank_launch(entries[n]).drain_s for n in heads), default=60)

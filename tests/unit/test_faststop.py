@@ -198,6 +198,18 @@ def test_the_router_on_a_worker_stops_with_rank_0_and_its_rank_with_the_workers(
     assert sorted(done) == [f"spark-{r}" for r in range(4)]
 
 
+def test_the_router_on_another_groups_node_is_left_to_that_groups_stop() -> None:
+    """A site of two groups stops each group with its own document: the router's node (spark-5 here)
+    is not among this group's nodes, and nothing is sent to it (the fleet knows only the group's)."""
+    ok = HostResult("x", 0, "stop: stopped (was active, forced: no)\n")
+    fleet = Fleet({f"spark-{r}": ok for r in range(4)})
+    done = faststop.stop(_doc(router_on="spark-5"), fleet)
+    assert sorted(done) == [f"spark-{r}" for r in range(4)]
+    assert all("spark-5" not in sent for sent in fleet.rounds)
+    router = faststop.router_stop("sparkctl-router.service")
+    assert not any(router in t for sent in fleet.rounds for t in sent.values())
+
+
 def test_the_workers_are_stopped_even_when_rank_0_does_not_answer() -> None:
     ok = HostResult("x", 0, "stop: stopped (was active, forced: yes)\n")
     fleet = Fleet({"spark-0": HostResult("spark-0", error="timed out connecting to 10.250.0.10:22")}

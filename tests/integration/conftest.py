@@ -92,9 +92,9 @@ def pytest_configure(config: pytest.Config) -> None:
 # without xdist runs them all, one after the other.
 STREAMS = (
     ("test_image", "test_kit", "test_stage", "test_sim_by_hand", "test_serve", "test_revert",
-     "test_m1_smoke_lab", "test_shape_triangle_lab", "test_shape_ring_lab"),
+     "test_shape_triangle_lab", "test_shape_ring_lab"),
     ("test_provision", "test_thermals_lab", "test_up_fast", "test_monitoring_lab", "test_qa",
-     "test_ssh_port_lab", "test_vault", "test_wheel_install", "test_day_one_lab"),
+     "test_m1_smoke_lab", "test_ssh_port_lab", "test_vault", "test_wheel_install", "test_day_one_lab"),
     ("test_lab", "test_lab_docker", "test_provision_fast",
      "test_watch", "test_watch_lifecycle", "test_groups_lab"),
 )  # fmt: skip

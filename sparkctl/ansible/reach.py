@@ -5,12 +5,12 @@ Ansible's SSH gives the TCP connect and the whole handshake one timeout (ansible
 60 s: a node at load ~12 needs most of it for its banner and Mitogen's bootstrap). A node that is
 powered off or cut from the management network, while the controller still holds its neighbour
 entry, answers nothing at all, and every verb waited the whole minute before naming it. A node's
-kernel answers a SYN whatever its load (``sshconfig.CONNECT_TIMEOUT_S``, sparkctl's own SSH
-waits the same), so a node whose port gives no
-answer at all within that is not there: the runner gives it a short SSH timeout for that run
-(:data:`SILENT_SSH_TIMEOUT_S`), and Ansible still tries it and reports it unreachable in its own
-words. A refused connection is an answer (ssh fails at once by itself); a node reached through a
-jump host or a ProxyCommand is not dialled here (its path is not the controller's to test).
+kernel answers a SYN whatever its load, so a node whose port gives no answer at all within
+``sshconfig.CONNECT_TIMEOUT_S`` (sparkctl's own SSH waits the same) is not there: the runner
+gives it a short SSH timeout for that run (:data:`SILENT_SSH_TIMEOUT_S`), and Ansible still tries
+it and reports it unreachable in its own words. A refused connection is an answer (ssh fails at
+once by itself); a node reached through a jump host or a ProxyCommand is not dialled here (its
+path is not the controller's to test).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkctl.ansible import command as playbook_command
-from sparkctl.ansible import content, failures
+from sparkctl.ansible import content, failures, reach
 from sparkctl.ansible.failures import Failure
 from sparkctl.ansible.plan import Plan
 from sparkctl.errors import SparkctlError
@@ -464,8 +464,6 @@ def _inventory_sources(plan: Plan, private_dir: Path) -> str | list[str]:
     without waiting out the minute a loaded node's handshake may need. Kept in the run directory
     (``silent/silent-nodes.yml``) as what this run decided."""
     inventory = str(Path(plan.inventory).resolve())
-    from sparkctl.ansible import reach
-
     quiet = reach.silent(plan.ssh_endpoints)
     if not quiet:
         return inventory

@@ -22,8 +22,9 @@ one value the firewall opens, the SSH fan-out (``ssh/targets.py``) dials and the
 
 from __future__ import annotations
 
+import functools
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -188,15 +189,26 @@ def read_ssh_config(paths: Sequence[Path]) -> paramiko.SSHConfig:
     return config
 
 
-def _names_a_port(paths: Sequence[Path]) -> bool:
+@functools.lru_cache(maxsize=64)
+def _read(path: Path, _mtime_ns: int, _size: int) -> str:
+    return path.read_text(errors="replace").lower()
+
+
+def _texts(paths: Sequence[Path]) -> Iterator[str]:
+    """The ssh_config files' text, lower-cased; each read once while it is unchanged (a plan asks
+    for a host's port and its proxies, and both look into the same files)."""
     for path in paths:
+        path = path.expanduser()
         try:
-            text = path.expanduser().read_text(errors="replace")
+            st = path.stat()
+            yield _read(path, st.st_mtime_ns, st.st_size)
         except OSError:
             continue
-        if any(line.strip().lower().startswith(("port", "match")) for line in text.splitlines()):
-            return True
-    return False
+
+
+def _names_a_port(paths: Sequence[Path]) -> bool:
+    return any(line.strip().startswith(("port", "match"))
+               for text in _texts(paths) for line in text.splitlines())
 
 
 def config_port(files: Sequence[Path], address: str, name: str) -> int | None:
@@ -212,13 +224,7 @@ def config_port(files: Sequence[Path], address: str, name: str) -> int | None:
 
 
 def _mentions(paths: Sequence[Path], word: str) -> bool:
-    for path in paths:
-        try:
-            if word in path.expanduser().read_text(errors="replace").lower():
-                return True
-        except OSError:
-            continue
-    return False
+    return any(word in text for text in _texts(paths))
 
 
 def proxies(hostvars: Mapping[str, Any], inventory_dir: Path, address: str, name: str,

@@ -164,3 +164,30 @@ def test_become_for_every_host_is_refused_naming_the_field(example_copy: Path, r
     doc["all"]["children"]["sparks"]["vars"] = {"ansible_become": True}  # where the example has it
     hosts.write_text(yaml.safe_dump(doc, sort_keys=False))
     assert run_cli("validate", "-i", str(example_copy)).code == 0
+
+
+def test_the_ssh_config_is_read_once_while_unchanged_and_again_once_edited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan asks each node's port and its proxies, both from the same ssh_config files: each file
+    is read once while it stays as it was, and an edit (a new size or time) is read again."""
+    from sparkctl.model import sshconfig
+
+    config = tmp_path / "ssh_config"
+    config.write_text("Host spark-0\n  User root\n")
+    reads: list[Path] = []
+    real = Path.read_text
+
+    def counting(self: Path, *args: Any, **kwargs: Any) -> str:
+        reads.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counting)
+    hostvars = {"ansible_ssh_common_args": f"-F {config}"}
+    for _ in range(3):
+        assert sshconfig.resolve_port(hostvars, tmp_path, "10.0.0.1", "spark-0") == 22
+        assert sshconfig.proxies(hostvars, tmp_path, "10.0.0.1", "spark-0") == (None, None)
+    assert reads.count(config) == 1
+    config.write_text("Host spark-0\n  User root\n  Port 2222\n  ProxyJump bastion\n")
+    assert sshconfig.resolve_port(hostvars, tmp_path, "10.0.0.1", "spark-0") == 2222
+    assert sshconfig.proxies(hostvars, tmp_path, "10.0.0.1", "spark-0") == ("bastion", None)

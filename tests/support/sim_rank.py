@@ -76,6 +76,14 @@ class SimRank:
                 self.proc.wait()
         self.proc = None
 
+    def kill(self) -> None:
+        """Stop at once, without the graceful drain of a request still in flight (a test that leaves
+        another client's long request running would otherwise wait it out)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
     def generated_tokens(self) -> int:
         text = httpx.get(f"{self.root}/metrics", timeout=5).text
         (line,) = [ln for ln in text.splitlines() if ln.startswith("sglang:generation_tokens_total")]

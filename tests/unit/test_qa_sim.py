@@ -365,7 +365,7 @@ def test_a_server_that_changes_between_suites_keeps_what_was_measured(start_sim:
 def test_bench_ladder_definitions_c16_and_prefill(start_sim: Callable[..., Sim], tmp_path: Path) -> None:
     # 8 slots, as the profiles serve; a slow prefill so TTFT is large enough to separate the definitions.
     sim = start_sim(
-        SPARKCTL_SIM_TOKEN_RATE="100", SPARKCTL_SIM_PREFILL_RATE="20000", SPARKCTL_SIM_TTFT_S="0.3"
+        SPARKCTL_SIM_TOKEN_RATE="200", SPARKCTL_SIM_PREFILL_RATE="20000", SPARKCTL_SIM_TTFT_S="0.3"
     )
     report = bench.run_bench(
         discover(sim.root, api_key=API_KEY),
@@ -380,9 +380,10 @@ def test_bench_ladder_definitions_c16_and_prefill(start_sim: Callable[..., Sim],
     assert c1.definition == "post-first-token" and len(c1.batches) == 1
     assert len(c16.batches[0].requests) == 16
     assert c16.definition == "post-first-token"
-    # Half of C16 waits for a slot: its TTFT includes a whole decode, and the batch aggregate reads low.
+    # Half of C16 waits for a slot: its TTFT includes a whole decode (256 tokens at 200/s: 1.28 s), and
+    # the batch aggregate reads low.
     ttft = c16.to_dict()["ttft_s"]
-    assert ttft["max"] > 2.0 > 0.5 > ttft["min"]
+    assert ttft["max"] > 1.2 > 0.5 > ttft["min"]
     batch = c16.batches[0]
     assert batch.post_first_token_tps > batch.aggregate_tps
     data = json.loads(bench.write_report(report, tmp_path).read_text())

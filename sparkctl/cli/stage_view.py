@@ -1,106 +1,151 @@
-"""`stage` on a terminal: one row per node (kit, image, checkpoint, Engram shards, what moved)."""
+"""`stage` on a terminal: one line per node (kit, image, checkpoint, Engram shards, what moved and what
+was packed) within 80 columns for four `spark-N` nodes, then what the table has no room for: each
+kind of copy's rate across the nodes, and the notes a node needs (a build waiting for its image, a
+kit staged beside another one that is current)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rich import box
+from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from sparkctl import ui
 
 if TYPE_CHECKING:
     from sparkctl.model import Cluster
 
+# Short IDs: the kit's commit and the image's ID, as many characters as `git log --oneline` gives
+# (the whole ones are in --json).
+SHORT = 8
+
+
+def size(n: float) -> str:
+    """Bytes in two or three figures: ``0 B``, ``27 MiB``, ``1.2 GiB``."""
+    if n < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            break
+    return f"{n:.0f} {unit}" if n >= 10 else f"{n:.1f} {unit}"
+
 
 def _kit_cell(kit: dict[str, Any] | None) -> str:
     if not kit:
         return ui.SKIP
     version = str(kit.get("version") or "?")
-    short = version[:12] if not version.startswith("tree-") else version
+    short = version[:SHORT] if not version.startswith("tree-") else version
     if kit.get("verified") and (kit.get("build") or {}).get("pending"):
-        # stage kit before stage image: the products are built in the image once it is staged
-        return f"{ui.SKIP} {short} verified, build pending (stage image)"
-    if kit.get("verified") and kit.get("current") == kit.get("version"):
-        return f"{ui.OK} {short} verified"
+        return f"{ui.SKIP} {short}"  # verified, built once the image is there (a note says so)
     if kit.get("verified"):
-        return f"{ui.OK} {short} verified (current: {kit.get('current') or 'none'})"
-    return f"{ui.FAIL} {short} not verified"
+        return f"{ui.OK} {short}"
+    return f"{ui.FAIL} {short}"
 
 
 def _image_cell(image: dict[str, Any] | None) -> str:
-    """The image ID (short) and what this node received; a dash when the image was not staged."""
+    """The image ID (short); a dash when the image was not staged."""
     if not image:
         return ui.SKIP
     ident = str(image.get("id") or "")
     if not ident:
         return f"{ui.FAIL} none"
-    text = f"{ui.OK} {ident.split(':')[-1][:12]}"
-    moved = int(image.get("bytes_moved") or 0)
-    if moved:
-        text += f" ({moved / (1 << 30):.2f} GiB @ {float(image.get('rate_mib_s') or 0):.0f} MiB/s)"
-    elif "bytes_moved" in image:
-        text += " (moved 0 B)"
-    return text
+    return f"{ui.OK} {ident.split(':')[-1][:SHORT]}"
 
 
 def _flag(section: dict[str, Any] | None) -> str:
     if not section:
         return ui.SKIP
     if section.get("verified"):
-        return ui.OK + " verified"
+        return ui.OK
     if section.get("present"):
-        return ui.FAIL + " present, not verified"
+        return ui.FAIL + " unverified"
     return ui.FAIL + " missing"
+
+
+def _moved(s: dict[str, Any]) -> int | None:
+    """Bytes this node received (kit, image, checkpoint); None when none of them was copied."""
+    parts = [((s.get("kit") or {}).get("transfer") or {}).get("bytes_moved"),
+             (s.get("image") or {}).get("bytes_moved"), (s.get("transfer") or {}).get("bytes_moved")]
+    found = [int(p or 0) for p in parts if p is not None]
+    return sum(found) if found else None
+
+
+def _rates(summaries: dict[str, dict[str, Any]]) -> str:
+    """Each kind of copy's rate across the nodes that copied something (lowest–highest)."""
+    kinds: dict[str, list[float]] = {"checkpoint": [], "image": [], "packing": []}
+    for s in summaries.values():
+        for kind, section, amount in (("checkpoint", s.get("transfer"), "bytes_moved"),
+                                      ("image", s.get("image"), "bytes_moved"),
+                                      ("packing", s.get("pack"), "bytes_written")):
+            if section and section.get(amount) and section.get("rate_mib_s"):
+                kinds[kind].append(float(section["rate_mib_s"]))
+    parts = []
+    for kind, rates in kinds.items():
+        if rates:
+            low, high = min(rates), max(rates)
+            span = f"{low:.0f}" if round(low) == round(high) else f"{low:.0f}–{high:.0f}"
+            parts.append(f"{kind} {span}")
+    return f"MiB/s per node: {', '.join(parts)}" if parts else ""
+
+
+def _notes(cluster: Cluster, summaries: dict[str, dict[str, Any]]) -> list[str]:
+    pending, elsewhere = [], []
+    for node in cluster.nodes:
+        kit = summaries.get(node.name, {}).get("kit") or {}
+        if kit.get("verified") and (kit.get("build") or {}).get("pending"):
+            pending.append(node.name)
+        elif kit.get("verified") and kit.get("current") != kit.get("version"):
+            elsewhere.append(f"{node.name}: current {str(kit.get('current') or 'none')[:SHORT]}")
+    notes = []
+    if pending:
+        who = "every node" if len(pending) == len(cluster.nodes) > 1 else ", ".join(pending)
+        notes.append(f"kit verified; its build waits on {who} for the image (sparkctl stage image)")
+    if elsewhere:
+        notes.append(f"kit staged but not current ({'; '.join(elsewhere)})")
+    return notes
 
 
 def summary_table(
     cluster: Cluster, summaries: dict[str, dict[str, Any]], verify_only: bool, what: str = "all"
-) -> Table:
-    """One row per node; a node's error goes under the kit when the kit was staged and did not
-    report (its play failed there), else under the checkpoint."""
+) -> Group:
+    """One row per node, then the rates and notes; a node's error goes under the kit when the kit
+    was staged and did not report (its play failed there), else under the image or checkpoint."""
     kit_staged = what == "kit" or (what == "all" and getattr(cluster, "kit", None) is not None)
     title = "stage --verify-only" if verify_only else "stage"
-    table = Table(title=f"{title}: {cluster.name}", title_justify="left")
-    for col in ("node", "rank", "kit", "image", "checkpoint", "engram shards", "moved", "packed"):
-        table.add_column(col, overflow="fold")  # long text wraps at word boundaries, never cut
+    table = Table(title=f"{title}: {cluster.name}", title_justify="left", expand=False,
+                  box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True,
+                  show_edge=False)
+    for col in ("node", "rank", "kit", "image", "weights", "engram", "moved", "packed"):
+        table.add_column(col, overflow="fold")  # an error's words wrap, never cut
     for node in cluster.nodes:
         s = summaries.get(node.name, {})
-        moved = ""
-        if s.get("transfer"):
-            t = s["transfer"]
-            moved = (
-                f"{(t.get('bytes_moved') or 0) / (1 << 30):.2f} GiB @ {t.get('rate_mib_s') or 0:.0f} MiB/s"
-            )
+        moved = _moved(s)
         packed = ""
         if s.get("pack"):
-            p = s["pack"]
-            packed = (
-                f"{(p.get('bytes_written') or 0) / (1 << 30):.2f} GiB @ {p.get('rate_mib_s') or 0:.0f} MiB/s"
-                if p.get("bytes_written")
-                else "kept"
-            )
+            written = s["pack"].get("bytes_written")
+            packed = size(written) if written else "kept"
         eng = s.get("engram")
         eng_text = _flag(eng)
-        if eng and eng.get("files"):
-            eng_text += f" ({len(eng['files'])} × r{s.get('rank')}of{s.get('tp')})"
-        kit = s.get("kit")
-        if kit and kit.get("transfer") and kit["transfer"].get("bytes_moved"):
-            kit_moved = f"kit {kit['transfer']['bytes_moved'] / (1 << 20):.1f} MiB"
-            moved = f"{kit_moved} + {moved}" if moved else kit_moved
+        if eng and eng.get("files") and eng.get("verified"):
+            eng_text += f" {len(eng['files'])}×r{s.get('rank')}of{s.get('tp')}"
         row = [
-            node.name, str(node.rank), _kit_cell(kit), _image_cell(s.get("image")),
-            _flag(s.get("weights")), eng_text, moved, packed,
+            node.name, str(node.rank), _kit_cell(s.get("kit")), _image_cell(s.get("image")),
+            _flag(s.get("weights")), eng_text, "" if moved is None else size(moved), packed,
         ]
         if s.get("error"):
             # The cause in a few words (the whole line is the error's, printed once below the table).
             image_staged = what == "image" or (what == "all" and cluster.runtime.kind == "container")
             cell = f"{ui.FAIL} {escape(str(s.get('cause') or s['error']))}"
-            if kit_staged and not kit:
+            if kit_staged and not s.get("kit"):
                 row[2] = cell
             elif image_staged and not s.get("image"):
                 row[3] = cell
             else:
                 row[4] = cell
         table.add_row(*row)
-    return table
+    lines = [line for line in (_rates(summaries), *_notes(cluster, summaries)) if line]
+    return Group(table, *(Text(line, style="dim" if line.startswith("MiB/s") else "") for line in lines))

@@ -47,8 +47,12 @@ def test_stage_image_runs_the_stage_playbook_and_shows_the_id(
     wide = Console(width=250, record=True)
     wide.print(table)
     text = wide.export_text()
-    assert "┃ image " in text
-    assert "dddddddddddd (3.00 GiB @ 512 MiB/s)" in text and "dddddddddddd (moved 0 B)" in text
+    header, *rows = [ln for ln in text.splitlines() if ln.startswith(("node ", "spark-"))]
+    assert header.split()[:4] == ["node", "rank", "kit", "image"]
+    # The short ID on every node; the bytes each received (the head none) and the rate below.
+    assert all("✓ dddddddd " in r for r in rows) and len(rows) == len(NODES), rows
+    assert rows[0].split()[-1] == "B" and all(r.rstrip().endswith("3.0 GiB") for r in rows[1:]), rows
+    assert "MiB/s per node: image 512" in text
 
 
 def test_stage_image_json_reports_each_node(

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import tarfile
+import types
 from pathlib import Path
 from typing import Any
 
@@ -385,7 +386,9 @@ def test_up_fast_path_names_the_node_whose_product_differs_from_the_others(tmp_p
 
 def test_a_pending_build_is_reported_and_shown() -> None:
     """`stage kit` before the image: the node's kit is verified and current, its build pending."""
-    from sparkctl.cli.stage_view import _kit_cell
+    from rich.console import Console
+
+    from sparkctl.cli.stage_view import summary_table
 
     def kit(host: str) -> dict[str, Any]:
         return {"version": KIT_VERSION, "verified": True, "current": KIT_VERSION, "switched": True,
@@ -394,7 +397,12 @@ def test_a_pending_build_is_reported_and_shown() -> None:
     fake = FakeRunner(NODES, ok=9, duration_s=1.0, per_node={results.KIT: kit})
     got = node_summaries(fake(Plan("stage.yml", Path("inventory"))))
     assert got[NODES[0]]["kit"]["build"] == {"built": False, "products": {}, "pending": True}
-    assert "build pending (stage image)" in _kit_cell(got[NODES[0]]["kit"])
+    cluster = types.SimpleNamespace(name="site", nodes=[types.SimpleNamespace(name=n, rank=i)
+                                                        for i, n in enumerate(NODES)])
+    console = Console(width=80, record=True, color_system=None)
+    console.print(summary_table(cluster, got, False, "kit"))  # type: ignore[arg-type]
+    text = console.export_text()
+    assert "kit verified; its build waits on every node for the image (sparkctl stage image)" in text
 
 
 def test_stage_reports_each_nodes_build() -> None:

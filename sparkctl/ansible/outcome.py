@@ -54,10 +54,13 @@ def rolling(result: runner.RunResult, nodes: list[str]) -> Rolling:
 
 
 def applied_lines(applied: dict[str, Any]) -> list[str]:
-    """What spark_applied decided: how many roles were up to date, and each one that ran with why."""
-    due: list[str] = []
+    """What spark_applied decided: how many roles were up to date, and each one that ran with why.
+    Roles that ran for the same reasons on the same nodes share a line (a first run on four nodes:
+    one line, not 24); "every node" where that is all of them."""
+    hosts = sorted(applied)
+    by_reason: dict[tuple[str, str], list[str]] = {}  # (reasons, role) -> hosts, in order
     fresh = total = 0
-    for host in sorted(applied):
+    for host in hosts:
         roles = applied[host] if isinstance(applied[host], dict) else {}
         for role, verdict in roles.items():
             total += 1
@@ -65,7 +68,16 @@ def applied_lines(applied: dict[str, Any]) -> list[str]:
                 fresh += 1
                 continue
             reasons = verdict.get("reasons") or []
-            due.append(f"  {role} on {host}: {'; '.join(reasons[:3])}" + ("; …" if len(reasons) > 3 else ""))
+            why = "; ".join(reasons[:3]) + ("; …" if len(reasons) > 3 else "")
+            by_reason.setdefault((why, role), []).append(host)
     if not total:
         return []
+    # Then the roles of one reason that ran on the same nodes, in the order they first appear.
+    merged: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for (why, role), on in by_reason.items():
+        merged.setdefault((why, tuple(on)), []).append(role)
+    due = []
+    for (why, on), roles in merged.items():
+        where = "every node" if len(on) == len(hosts) > 1 else ", ".join(on)
+        due.append(f"  {', '.join(roles)} on {where}: {why}")
     return [f"up to date (skipped after one read per node): {fresh} of {total} role runs", *due]

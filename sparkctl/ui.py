@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -21,6 +24,16 @@ SKIP = "[yellow]–[/yellow]"
 # Whether this process has printed its JSON document (``print_json``): with --json, a failure after
 # that adds nothing to stdout; a failure before it prints the error as the document (``json_error``).
 json_written = False
+
+
+def compact_table(title: str | None = None) -> Table:
+    """The tables a verb prints per node or port: a rule under the header, one space between columns,
+    no borders, so that four Sparks fit 80 columns one line each (`status`, `stage`, `check fabric`)."""
+    from rich import box
+    from rich.table import Table
+
+    return Table(title=title, title_justify="left", expand=False, box=box.SIMPLE_HEAD, padding=(0, 1),
+                 pad_edge=False, collapse_padding=True, show_edge=False)
 
 
 def live(renderable: Any, console: Console, **options: Any) -> Any:

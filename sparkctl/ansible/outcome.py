@@ -74,8 +74,8 @@ def applied_lines(applied: dict[str, Any]) -> list[str]:
         return []
     # Then the roles of one reason that ran on the same nodes, in the order they first appear.
     merged: dict[tuple[str, tuple[str, ...]], list[str]] = {}
-    for (why, role), on in by_reason.items():
-        merged.setdefault((why, tuple(on)), []).append(role)
+    for (why, role), ran_on in by_reason.items():
+        merged.setdefault((why, tuple(ran_on)), []).append(role)
     due = []
     for (why, on), roles in merged.items():
         where = "every node" if len(on) == len(hosts) > 1 else ", ".join(on)

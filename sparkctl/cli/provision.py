@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -133,8 +134,10 @@ def _hint(result: runner.RunResult) -> str | None:
 # --- check fabric ----------------------------------------------------------------------------------
 
 
-def _verdict_tables(verdict: fabric_check.Verdict, mtu: int) -> tuple[Table, Table]:
-    ports = Table(title="fabric ports", title_justify="left")
+def _verdict_tables(verdict: fabric_check.Verdict, mtu: int) -> tuple[Table, Group]:
+    """The ports (one line each) and the ping matrix under its heading: within 80 columns for four
+    Sparks (the port names and addresses were cut: "enP2p1s0f0…", "10.251.0.…")."""
+    ports = ui.compact_table("fabric ports")
     for col in ("", "node", "port", "switch", "state", "speed", "mtu", "address", "gid"):
         ports.add_column(col)
     for p in verdict.ports:
@@ -152,8 +155,7 @@ def _verdict_tables(verdict: fabric_check.Verdict, mtu: int) -> tuple[Table, Tab
     nodes = sorted({p.src for p in verdict.pairs} | {p.dst for p in verdict.pairs})
     halves = sorted({p.half for p in verdict.pairs})
     absent = {frozenset(pair) for pair in verdict.absent_pairs}
-    pairs = Table(title=f"jumbo ping ({mtu - 28} B, DF) src → dst, per source port "
-                  "(– no direct path, as the topology expects)", title_justify="left")
+    pairs = ui.compact_table()
     pairs.add_column("src \\ dst")
     for dst in nodes:
         pairs.add_column(dst, justify="center")
@@ -174,7 +176,21 @@ def _verdict_tables(verdict: fabric_check.Verdict, mtu: int) -> tuple[Table, Tab
             text = " ".join(marks)
             cells.append(f"[red]{text}[/red]" if "⨯" in marks else f"[green]{text}[/green]")
         pairs.add_row(src, *cells)
-    return ports, pairs
+    heading = Text(f"jumbo ping ({mtu - 28} B, DF) src → dst, one mark per source port")
+    if absent:
+        heading.append(" (– no direct path, as the topology expects)")
+    return ports, Group(Text(""), heading, pairs)
+
+
+def skipped_lines(skipped: list[str]) -> list[str]:
+    """The checks skipped for one reason on one line ("RoCE v2 GID index, ib_write_bw per pair, …:
+    skipped: no RDMA device …"), in the order they were skipped."""
+    by_why: dict[str, list[str]] = {}
+    for line in skipped:
+        what, sep, why = line.partition(": skipped: ")
+        by_why.setdefault(why if sep else line, []).append(what if sep else "")
+    return [f"{', '.join(w for w in whats if w)}: skipped: {why}" if any(whats) else why
+            for why, whats in by_why.items()]
 
 
 @check_app.command("fabric", epilog=example("sparkctl check fabric --json"))
@@ -200,7 +216,7 @@ def check_fabric(ctx: typer.Context) -> None:
             ui.console.print(f"{ui.OK} {line}")
         for line in verdict.absent:
             ui.console.print(f"[dim]–[/dim] {line}")
-        for line in verdict.skipped:
+        for line in skipped_lines(verdict.skipped):
             ui.console.print(f"{ui.SKIP} {line}")
         for line in verdict.problems:
             ui.console.print(Text.assemble(("⨯ ", "red"), line))

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich import box
 from rich.console import Group
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from sparkctl import ui
@@ -116,9 +114,7 @@ def summary_table(
     was staged and did not report (its play failed there), else under the image or checkpoint."""
     kit_staged = what == "kit" or (what == "all" and getattr(cluster, "kit", None) is not None)
     title = "stage --verify-only" if verify_only else "stage"
-    table = Table(title=f"{title}: {cluster.name}", title_justify="left", expand=False,
-                  box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, collapse_padding=True,
-                  show_edge=False)
+    table = ui.compact_table(f"{title}: {cluster.name}")
     for col in ("node", "rank", "kit", "image", "weights", "engram", "moved", "packed"):
         table.add_column(col, overflow="fold")  # an error's words wrap, never cut
     for node in cluster.nodes:

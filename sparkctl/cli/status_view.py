@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich import box
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
@@ -56,8 +55,7 @@ def fabric_cell(links: dict[str, Any]) -> str:
 
 def status_table(snap: verdict.Snapshot) -> Table:
     """One row per node, within 80 columns for four `spark-N` nodes: no cell wraps."""
-    table = Table(title=None, expand=False, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False,
-                  collapse_padding=True, show_edge=False)
+    table = ui.compact_table()
     for col in ("rank", "node", "unit", "mem GiB", "GPU", "fabric", "shards"):
         table.add_column(col, no_wrap=col in ("mem GiB", "GPU", "fabric"))
     for f in sorted(snap.nodes.values(), key=lambda f: f.rank):

@@ -166,8 +166,27 @@ def test_check_fabric_all_good_reports_skips(run_cli: Any, example_copy: Path, f
     assert plan.playbook == "check_fabric.yml" and not plan.check
     flat = " ".join(res.out.split())
     assert "all 24 ordered pairs" in flat
-    assert "ib_write_bw per pair: skipped: no RDMA device" in flat
-    assert "NCCL all-reduce bus bandwidth: skipped:" in flat
+    # The checks skipped for one reason, on one line (they were four, each with the same reason).
+    assert ("RoCE v2 GID index, ib_write_bw per pair, NCCL all-reduce bus bandwidth, PFC losslessness "
+            "(pause/discard counters under load): skipped: no RDMA device") in flat
+    assert flat.count("skipped:") == 1
+
+
+def test_check_fabric_fits_80_columns_one_line_per_port(run_cli: Any, example_copy: Path,
+                                                         fake: FakeRunner) -> None:
+    """The port names and addresses were cut at 80 columns ("enP2p1s0f0…", "10.77.1.…")."""
+    fake.reported = {results.FABRIC_PROBE: {n: _probe(n, i) for i, n in enumerate(NODES)}}
+    res = run_cli("-i", str(example_copy), "check", "fabric")
+    assert res.code == EXIT_OK, res.err
+    lines = res.out.splitlines()
+    assert all(len(ln) <= 80 for ln in lines) and not any("…" in ln for ln in lines), lines
+    ports = [ln.split() for ln in lines if ln.startswith("✓  spark-")]
+    assert len(ports) == 8, lines
+    assert ports[1] == ["✓", "spark-0", "enP2p1s0f0np0", "qsfp56-dd-1-1", "UP", "200G", "9000",
+                        "10.77.1.10/24", "n/a"], ports
+    matrix = [ln.split() for ln in lines if ln.startswith("spark-")]
+    assert matrix[0] == ["spark-0", "·", "✓", "✓", "✓", "✓", "✓", "✓"], matrix
+    assert "jumbo ping (8972 B, DF) src → dst, one mark per source port" in lines
 
 
 def test_check_fabric_names_node_port_and_pair(run_cli: Any, example_copy: Path, fake: FakeRunner) -> None:

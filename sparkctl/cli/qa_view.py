@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from sparkctl import ui
 from sparkctl.qa.qualify import CheckResult, QualifyReport
@@ -32,19 +34,21 @@ def say_guard(summary: dict[str, Any]) -> None:
                          f"(R4's published validation: {summary['r4_published_lowest_gib']} GiB)")
 
 
-def qualify_table(report: QualifyReport) -> Table:
-    where = " · [bold yellow]simulator[/bold yellow]" if report.simulator else ""
-    table = Table(
-        title=f"qualify ({report.suite}) — {report.model} at {report.endpoint}{where}", title_justify="left"
-    )
-    table.add_column("check")
-    table.add_column("", justify="center")
-    table.add_column("time", justify="right")
+def qualify_table(report: QualifyReport) -> Group:
+    """What was asked, then one line per check where the words fit (80 columns: the quick suite's
+    titles and details wrapped in a boxed table)."""
+    heading = Text(f"qualify ({report.suite}) — {report.model} at {report.endpoint}")
+    if report.simulator:
+        heading.append(" · ").append("simulator", style="bold yellow")
+    table = ui.compact_table()
+    table.add_column("", no_wrap=True)
+    table.add_column("check", max_width=40)  # the quick suite's names whole; longer ones wrap
+    table.add_column("time", justify="right", no_wrap=True)
     table.add_column("detail", overflow="fold")
     for c in report.checks:
         mark = ui.SKIP if c.skipped else (ui.OK if c.passed else ui.FAIL)
-        table.add_row(c.title, mark, "" if c.skipped else f"{c.seconds:.1f}s", c.detail)
-    return table
+        table.add_row(mark, c.title, "" if c.skipped else f"{c.seconds:.1f}s", c.detail)
+    return Group(heading, table)
 
 
 def say_qualify(report: QualifyReport) -> None:

@@ -101,13 +101,38 @@ class Verdict:
 
     def playbook_lines(self, playbook: str) -> list[str]:
         """What to print when the playbook runs: why (one reason inline, several as a list, at most
-        MAX_REASONS of them and how many more)."""
-        shown = self.reasons[:MAX_REASONS]
-        more = len(self.reasons) - len(shown)
+        MAX_REASONS of them and how many more). A reason several nodes share is one line naming
+        them ("every node" where it is all of them): a first start on four nodes gave 32 lines."""
+        reasons = self._grouped()
+        shown = reasons[:MAX_REASONS]
+        more = len(reasons) - len(shown)
         if len(shown) == 1 and not more:
             return [f"running {playbook}: {shown[0]}"]
         tail = [f"  • and {more} more"] if more else []
         return [f"running {playbook}:", *(f"  • {r}" for r in shown), *tail]
+
+    def node_names(self) -> list[str]:
+        """The nodes this verdict asked (a reason that starts with one's name is about that node)."""
+        return list(self.nodes)
+
+    def _grouped(self) -> list[str]:
+        names = self.node_names()
+        by_text: dict[str, list[str]] = {}
+        for reason in self.reasons:
+            node, sep, text = reason.partition(": ")
+            if sep and node in names:
+                by_text.setdefault(text, []).append(node)
+            else:
+                by_text.setdefault(reason, [])
+        out = []
+        for text, on in by_text.items():
+            if not on:
+                out.append(text)
+            elif len(on) == len(names) > 1:
+                out.append(f"every node: {text}")
+            else:
+                out.append(f"{', '.join(on)}: {text}")
+        return out
 
 
 __all__ = ["MAX_REASONS", "PACKAGE", "ROOT", "Verdict", "answers", "python_script", "sources"]

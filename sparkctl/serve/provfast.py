@@ -75,6 +75,9 @@ class ProvisionCheck(ship.Verdict):
         self.applied = applied or {}
         self.dark = dark or []
 
+    def node_names(self) -> list[str]:
+        return [*self.applied, *self.dark]
+
 
 # --- what the controller decided from -------------------------------------------------------------
 

@@ -78,3 +78,33 @@ def test_a_verdict_says_why_the_playbook_runs_inline_listed_or_cut_short() -> No
     assert Verdict(["a", "b"]).playbook_lines("p.yml") == ["running p.yml:", "  • a", "  • b"]
     many = Verdict([f"r{i}" for i in range(MAX_REASONS + 3)]).playbook_lines("p.yml")
     assert many[0] == "running p.yml:" and many[-1] == "  • and 3 more" and len(many) == MAX_REASONS + 2
+
+
+def test_a_reason_several_nodes_share_is_one_line_naming_them() -> None:
+    """A first `up` on four nodes listed the same eight reasons once per node (32 lines, 12 shown)."""
+    nodes = {f"spark-{i}": {} for i in range(4)}
+    missing = ["/etc/sparkctl/rank.env is not installed", "the rank unit is not-found"]
+    reasons = [f"{n}: {why}" for n in nodes for why in missing]
+    reasons += ["spark-2: /opt/sparkctl/rank/prestart.py differs",
+                "spark-3: /opt/sparkctl/rank/prestart.py differs",
+                "kit: the kit's commit is not fetched on this controller yet"]
+    assert Verdict(reasons, 0.0, nodes).playbook_lines("playbooks/up.yml") == [
+        "running playbooks/up.yml:",
+        "  • every node: /etc/sparkctl/rank.env is not installed",
+        "  • every node: the rank unit is not-found",
+        "  • spark-2, spark-3: /opt/sparkctl/rank/prestart.py differs",
+        "  • kit: the kit's commit is not fetched on this controller yet",
+    ]
+    # One node's reasons keep its name; a name the verdict did not ask is not a node.
+    assert Verdict(["spark-1: x", "spark-9: y"], 0.0, nodes).playbook_lines("p.yml") == [
+        "running p.yml:", "  • spark-1: x", "  • spark-9: y"]
+
+
+def test_provisions_verdict_groups_by_the_nodes_it_asked_and_those_that_did_not_answer() -> None:
+    from sparkctl.serve.provfast import ProvisionCheck
+
+    applied = {"spark-0": {}, "spark-1": {}}
+    check = ProvisionCheck(["spark-0: base: never recorded", "spark-1: base: never recorded",
+                            "spark-2: unreachable"], 0.0, applied, ["spark-2"])
+    assert check.playbook_lines("p.yml") == ["running p.yml:", "  • spark-0, spark-1: base: never recorded",
+                                             "  • spark-2: unreachable"]

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from sparkctl import ui
@@ -85,22 +84,15 @@ def _published_cell(value: float | None, ratio: float | None) -> str:
     return f"{value:.2f}" + (f" ({ratio:.2f}×)" if ratio is not None else "")
 
 
-# Sources with columns of their own in the bench table (R4's suites, M1, the served profile's own);
-# every other matching reference set is listed in reference_table.
-COLUMN_SOURCES = ("r4-s1", "r4-s2", "m1")
+DEFINITIONS = ("coding: C1 decode per stream, C>1 batch aggregate · prose: post-first-token aggregate · "
+               "mixed: mean of the eight categories' batch aggregates")
 
 
-def _column_sources(report: BenchReport, levels: list[Any]) -> list[str]:
-    from sparkctl.qa import published as pub
-
-    own = pub.PROFILE_SOURCES.get(report.profile or "", ())
-    used = pub.sources_used([f for lvl in levels for f in lvl.published])
-    return [k for k in used if k in COLUMN_SOURCES or k in own]
-
-
-def bench_table(report: BenchReport, levels: list[Any] | None = None, note: str = "") -> Table:
-    """One row per (workload, C): sparkctl's mean, min–max of n, TTFT, then one column per published
-    source whose workload matches (value and sparkctl's ratio to it). Numbers never wrap."""
+def bench_table(report: BenchReport, levels: list[Any] | None = None, note: str = "") -> Group:
+    """Within 80 columns (ten columns side by side cut every cell to "…"): what was asked; one row
+    per (workload, C) with sparkctl's mean, min–max of n and TTFT; then every published figure of the
+    same workload bytes and definition, one row each with sparkctl's ratio to it; then each source
+    once, with its citation and date. Numbers never wrap."""
     from sparkctl.qa import published as pub
 
     levels = report.levels if levels is None else levels
@@ -110,57 +102,60 @@ def bench_table(report: BenchReport, levels: list[Any] | None = None, note: str 
         title += f" · profile {report.profile}"
     if report.simulator:
         title += " · [bold yellow]simulator[/bold yellow]"
-    table = Table(title=title, title_justify="left")
+    table = ui.compact_table()
     table.add_column("workload", no_wrap=True)
     table.add_column("C", justify="right", no_wrap=True)
     table.add_column("definition", no_wrap=True)
-    table.add_column(f"{measured}\nmean tok/s", justify="right", no_wrap=True)
+    table.add_column(f"{measured} tok/s", justify="right", no_wrap=True)
     table.add_column("min–max (n)", justify="right", no_wrap=True)
-    table.add_column("TTFT s\nmean", justify="right", no_wrap=True)
-    sources = _column_sources(report, levels)
-    for key in sources:
-        table.add_column(f"{pub.SOURCES[key].label}\ntok/s (ratio)", justify="right", no_wrap=True)
-        table.add_column(f"{pub.SOURCES[key].label}\nTTFT s", justify="right", no_wrap=True)
+    table.add_column("TTFT s", justify="right", no_wrap=True)
     for lvl in levels:
         data = lvl.to_dict()
         head, ttft = data["headline_tps"], data["ttft_s"]
-        row = [
-            lvl.workload.name,
-            str(lvl.concurrency),
-            lvl.definition,
+        table.add_row(
+            lvl.workload.name, str(lvl.concurrency), lvl.definition,
             _fmt(head["mean"]) if head else "[red]failed[/red]",
             f"{head['min']:.1f}–{head['max']:.1f} ({head['n']})" if head else "—",
             _fmt(ttft["mean"], 3) if ttft else "—",
-        ]
-        by_source = {f.source: f for f in lvl.published}
-        for key in sources:
-            fig = by_source.get(key)
-            cell = _published_cell(fig.value, lvl.ratio(fig)) if fig else "—"
-            if fig and fig.low is not None:
-                cell += f" [{fig.low:.2f}–{fig.high:.2f}]"
-            row += [cell, _fmt(fig.ttft_s, 3) if fig and fig.ttft_s is not None else "—"]
-        table.add_row(*row)
-    caption = ["coding: C1 decode per stream, C>1 batch aggregate · prose: post-first-token aggregate · "
-               "mixed: mean of the eight categories' batch aggregates"]
-    if sources:
-        caption.append("published: " + "; ".join(f"{pub.SOURCES[k].label} = {pub.SOURCES[k].citation}"
-                                                  for k in sources))
+        )
+    parts: list[Any] = [Text.from_markup(title), table, Text(DEFINITIONS, style="dim")]
+    figures = [(lvl, f) for lvl in levels for f in lvl.published]
+    if figures:
+        ref = ui.compact_table()
+        ref.add_column("workload", no_wrap=True)
+        ref.add_column("C", justify="right", no_wrap=True)
+        ref.add_column("published", no_wrap=True)
+        ref.add_column("tok/s", justify="right", no_wrap=True)
+        ref.add_column("ratio", justify="right", no_wrap=True)
+        ref.add_column("range", justify="right", no_wrap=True)
+        ref.add_column("TTFT s", justify="right", no_wrap=True)
+        for lvl, f in figures:
+            ratio = lvl.ratio(f)
+            ref.add_row(lvl.workload.name, str(lvl.concurrency), f.label, _fmt(f.value),
+                        "—" if ratio is None else f"{ratio:.2f}×",
+                        f"{f.low:.2f}–{f.high:.2f}" if f.low is not None and f.high is not None else "",
+                        _fmt(f.ttft_s, 3) if f.ttft_s is not None else "—")
+        parts += [Text(""), Text(f"published, same workload bytes and definition (ratio = {measured} ÷ "
+                                 "published)"), ref]
+        used = pub.sources_used([f for _, f in figures])
+        for k in used:
+            source = pub.SOURCES[k]
+            parts.append(Text(f"{source.label}: {source.citation} ({source.date})", style="dim"))
     else:
-        caption.append("no published figure matches these workloads")
+        parts.append(Text("no published figure matches these workloads", style="dim"))
     if report.simulator:
-        caption.append("figures from the rank simulator, not from hardware")
-    table.caption = " · ".join(caption)
-    return table
+        parts.append(Text("figures from the rank simulator, not from hardware", style="dim"))
+    return Group(*parts)
 
 
-def prefill_table(report: BenchReport) -> Table:
+def prefill_table(report: BenchReport) -> Group:
     assert report.prefill is not None
     measured = "simulator" if report.simulator else "sparkctl"
-    table = Table(title=f"prefill sweep — served context {report.prefill.context_length or '?'}",
-                  title_justify="left")
+    table = ui.compact_table()
     for name, justify in (("size", "left"), ("prompt tok", "right"), ("TTFT s", "right"),
                           (f"{measured} tok/s", "right"), ("M1 tok/s (ratio)", "right"), ("note", "left")):
-        table.add_column(name, justify=justify, no_wrap=name != "note")  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, no_wrap=name != "note",  # type: ignore[arg-type]
+                         overflow="fold")
     for p in report.prefill.points:
         t = p.timing
         figs = p.published
@@ -173,41 +168,20 @@ def prefill_table(report: BenchReport) -> Table:
             _published_cell(figs[0].value, (p.tps or 0) / figs[0].value if p.tps else None) if figs else "—",
             note,
         )
-    table.caption = "prompt_tokens / TTFT of one cold request per size (fresh prefix, 8-token budget)"
+    caption = "prompt_tokens / TTFT of one cold request per size (fresh prefix, 8-token budget)"
     if report.simulator:
-        table.caption += " · simulator"
-    return table
+        caption += " · simulator"
+    return Group(Text(""), Text(f"prefill sweep — served context {report.prefill.context_length or '?'}"),
+                 table, Text(caption, style="dim"))
 
 
-def reference_table(report: BenchReport, levels: list[Any]) -> Table | None:
-    """The reference sets measured with the same workload bytes that have no column of their own
-    (R4's sweep, Tony's runs, SG17 TP8 …): one row per figure, with sparkctl's ratio, source and date."""
-    from sparkctl.qa import published as pub
-
-    columns = set(_column_sources(report, levels))
-    rows = [(lvl, f) for lvl in levels for f in lvl.published if f.source not in columns]
-    if not rows:
-        return None
-    table = Table(title="reference sets (same workload bytes and definition)", title_justify="left")
-    for name in ("workload", "C", "reference", "tok/s (ratio)", "TTFT s", "source", "date"):
-        table.add_column(name, no_wrap=name not in ("source",),
-                         justify="right" if name in ("C", "tok/s (ratio)", "TTFT s") else "left")
-    for lvl, f in rows:
-        source = pub.SOURCES[f.source]
-        table.add_row(lvl.workload.name, str(lvl.concurrency), f.label,
-                      _published_cell(f.value, lvl.ratio(f)), _fmt(f.ttft_s, 3), source.citation, source.date)
-    return table
-
-
-def arrivals_table(report: BenchReport) -> Table:
+def arrivals_table(report: BenchReport) -> Group:
     result = report.arrivals or {}
-    table = Table(title=f"arrivals — {result.get('file')} (sha256 {str(result.get('sha256'))[:12]}…)",
-                  title_justify="left")
-    for name in ("requests", "completed", "throughput tok/s", "latency mean s", "median s", "p95 s",
-                 "TTFT mean s"):
+    table = ui.compact_table()
+    for name in ("requests", "done", "tok/s", "latency s", "median s", "p95 s", "TTFT s"):
         table.add_column(name, justify="right", no_wrap=True)
     lat, ttft = result.get("latency_s") or {}, result.get("ttft_s") or {}
-    table.add_column("source", no_wrap=False)
+    table.add_column("source", overflow="fold")
     measured = "simulator" if report.simulator else "sparkctl"
     table.add_row(str(result.get("requests")), str(result.get("completed")),
                   _fmt(result.get("throughput_tps")), _fmt(lat.get("mean"), 3),
@@ -217,16 +191,16 @@ def arrivals_table(report: BenchReport) -> Table:
         table.add_row("", "", _fmt(fig["throughput_tps"]), _fmt(fig["mean_latency_s"], 3),
                       _fmt(fig["median_latency_mean_of_cohorts_s"], 3), "—", "—",
                       f"{fig['label']} ({fig['date']}): {fig['note']}")
-    table.caption = ("open loop: each request sent at its offset; latency = send → last byte; throughput, "
-                     "mean and median: the mean over the measured cohorts (R4's figures)")
-    return table
+    caption = ("open loop: each request sent at its offset; latency = send → last byte; throughput, "
+               "mean and median: the mean over the measured cohorts (R4's figures)")
+    heading = f"arrivals — {result.get('file')} (sha256 {str(result.get('sha256'))[:12]}…)"
+    return Group(Text(""), Text(heading), table, Text(caption, style="dim"))
 
 
-def ab_table(report: BenchReport) -> Table:
+def ab_table(report: BenchReport) -> Group:
     ab = report.ab or {}
-    table = Table(title=f"A/B — variant {ab['variant'].get('name')} ({' / '.join(ab['order'])})",
-                  title_justify="left")
-    for name in ("value", "baseline 1", "lever", "baseline 2", "difference", "range", "baseline drift"):
+    table = ui.compact_table()
+    for name in ("value", "baseline 1", "lever", "baseline 2", "difference", "range", "drift"):
         table.add_column(name, justify="left" if name == "value" else "right", no_wrap=True)
     for d in ab["differences"]:
         b1, b2 = d["baseline"]
@@ -236,16 +210,15 @@ def ab_table(report: BenchReport) -> Table:
                       f"{pct:+.1f} %" if pct is not None else "—",
                       f"{rng[0]:+.1f} … {rng[1]:+.1f} %" if rng else "—",
                       f"{d['baseline_drift_pct']:+.1f} %" if d.get("baseline_drift_pct") is not None else "—")
-    table.caption = ab.get("difference_text", "")
-    return table
+    heading = f"A/B — variant {ab['variant'].get('name')} ({' / '.join(ab['order'])})"
+    return Group(Text(""), Text(heading), table, Text(ab.get("difference_text", ""), style="dim"),
+                 Text("drift: the second baseline against the first", style="dim"))
 
 
 def say_bench(report: BenchReport, json_path: Path, plot_path: Path) -> None:
     if report.levels:
         note = " · suite 1, before the long request" if report.after_levels else ""
         ui.console.print(bench_table(report, report.levels, note))
-        if (refs := reference_table(report, report.levels)) is not None:
-            ui.console.print(refs)
     if report.after_long is not None:
         long = report.after_long
         failed = f" — {long['error']}" if long["error"] else ""

@@ -87,8 +87,8 @@ def test_the_mix_runs_each_category_as_its_own_batch_and_averages_them(sim: SimR
     assert [p["label"] for p in c1["published"]] == ["R4 sweep", "Tony EXL3 rep 1", "Tony EXL3 rep 2",
                                                      "Tony EXL3", "Tony boot 10"]
     assert c1["short_requests"] == 0
-    # R4's suites and M1 have columns; the reference sets are listed with their source and date.
-    shown = _shown(qa_view.reference_table(report, report.levels))
+    # Every published figure of the same bytes is a row; each source is named once with its date.
+    shown = _shown(qa_view.bench_table(report, report.levels))
     assert "Tony EXL3 rep 2" in shown and "bench-exl3tp4b-rep2.json" in shown and "2026-09-12" in shown
 
 
@@ -323,3 +323,27 @@ def test_ab_that_stops_on_the_lever_brings_the_baseline_back(sim: SimRank) -> No
         bench.run_bench(discover(sim.root, api_key=API_KEY), workloads=["coding"], concurrency=[1], waves=1,
                         c1_samples=1, warmup="none", ab=plan)
     assert switched == ["lever", "baseline"]
+
+
+def test_the_bench_tables_fit_80_columns_with_every_figure_whole(sim: SimRank) -> None:
+    """The ladder beside R4's suites and M1 as columns of their own ran to ten columns: at 80 every
+    cell was cut to "…" (the workload and C columns to nothing) and each source's citation stood one
+    word per line. Now the measured ladder, then one row per published figure with the ratio, then
+    each source once."""
+    report = bench.run_bench(discover(sim.root, api_key=API_KEY), workloads=["coding"], concurrency=[1, 6],
+                             waves=1, c1_samples=1, warmup="none")
+    assert not report.errors, report.errors
+    console = Console(width=80, record=True, file=io.StringIO())
+    console.print(qa_view.bench_table(report, report.levels))
+    lines = console.export_text().splitlines()
+    rows = [ln for ln in lines if ln.startswith(("workload ", "coding "))]  # citations hold "…" too
+    assert all(len(ln) <= 80 for ln in lines) and not any("…" in ln for ln in rows), lines
+    measured = [ln.split()[:3] for ln in rows if "decode-per-stream" in ln or " batch " in ln]
+    assert measured == [["coding", "1", "decode-per-stream"], ["coding", "6", "batch"]], rows
+    c1 = report.levels[0]
+    r4 = next(f for f in c1.published if f.label == "R4 suite 1")
+    row = next(ln for ln in rows if ln.startswith("coding    1  R4 suite 1 ")).split()
+    assert row[5:8] == [f"{r4.value:.2f}", f"{c1.ratio(r4):.2f}×", f"{r4.low:.2f}–{r4.high:.2f}"], row
+    assert any(ln.split()[1] == "6" and "Tony EXL3 rep 2" in ln for ln in rows), rows
+    text = " ".join(" ".join(lines).split())
+    assert "bench-exl3tp4b-rep2.json" in text and text.count("Tony EXL3 rep 2:") == 1  # each source once

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from sparkctl import ui
+from sparkctl.nodeside.progress import human_bytes
 
 if TYPE_CHECKING:
     from sparkctl.model import Cluster
@@ -19,17 +20,6 @@ if TYPE_CHECKING:
 # Short IDs: the kit's commit and the image's ID, as many characters as `git log --oneline` gives
 # (the whole ones are in --json).
 SHORT = 8
-
-
-def size(n: float) -> str:
-    """Bytes in two or three figures: ``0 B``, ``27 MiB``, ``1.2 GiB``."""
-    if n < 1024:
-        return f"{n:.0f} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        n /= 1024
-        if n < 1024 or unit == "TiB":
-            break
-    return f"{n:.0f} {unit}" if n >= 10 else f"{n:.1f} {unit}"
 
 
 def _kit_cell(kit: dict[str, Any] | None) -> str:
@@ -72,8 +62,9 @@ def _moved(s: dict[str, Any]) -> int | None:
     return sum(found) if found else None
 
 
-def _rates(summaries: dict[str, dict[str, Any]]) -> str:
-    """Each kind of copy's rate across the nodes that copied something (lowest–highest)."""
+def _rates(summaries: dict[str, dict[str, Any]]) -> list[Text]:
+    """Each kind of copy's rate across the nodes that copied something (lowest–highest), dimmed: one
+    line, or none when nothing was copied."""
     kinds: dict[str, list[float]] = {"checkpoint": [], "image": [], "packing": []}
     for s in summaries.values():
         for kind, section, amount in (("checkpoint", s.get("transfer"), "bytes_moved"),
@@ -87,10 +78,10 @@ def _rates(summaries: dict[str, dict[str, Any]]) -> str:
             low, high = min(rates), max(rates)
             span = f"{low:.0f}" if round(low) == round(high) else f"{low:.0f}–{high:.0f}"
             parts.append(f"{kind} {span}")
-    return f"MiB/s per node: {', '.join(parts)}" if parts else ""
+    return [Text(f"MiB/s per node: {', '.join(parts)}", style="dim")] if parts else []
 
 
-def _notes(cluster: Cluster, summaries: dict[str, dict[str, Any]]) -> list[str]:
+def _notes(cluster: Cluster, summaries: dict[str, dict[str, Any]]) -> list[Text]:
     pending, elsewhere = [], []
     for node in cluster.nodes:
         kit = summaries.get(node.name, {}).get("kit") or {}
@@ -104,7 +95,7 @@ def _notes(cluster: Cluster, summaries: dict[str, dict[str, Any]]) -> list[str]:
         notes.append(f"kit verified; its build waits on {who} for the image (sparkctl stage image)")
     if elsewhere:
         notes.append(f"kit staged but not current ({'; '.join(elsewhere)})")
-    return notes
+    return [Text(note) for note in notes]
 
 
 def summary_table(
@@ -123,14 +114,15 @@ def summary_table(
         packed = ""
         if s.get("pack"):
             written = s["pack"].get("bytes_written")
-            packed = size(written) if written else "kept"
+            packed = human_bytes(written, short=True) if written else "kept"
         eng = s.get("engram")
         eng_text = _flag(eng)
         if eng and eng.get("files") and eng.get("verified"):
             eng_text += f" {len(eng['files'])}×r{s.get('rank')}of{s.get('tp')}"
         row = [
             node.name, str(node.rank), _kit_cell(s.get("kit")), _image_cell(s.get("image")),
-            _flag(s.get("weights")), eng_text, "" if moved is None else size(moved), packed,
+            _flag(s.get("weights")), eng_text, "" if moved is None else human_bytes(moved, short=True),
+            packed,
         ]
         if s.get("error"):
             # The cause in a few words (the whole line is the error's, printed once below the table).
@@ -143,5 +135,4 @@ def summary_table(
             else:
                 row[4] = cell
         table.add_row(*row)
-    lines = [line for line in (_rates(summaries), *_notes(cluster, summaries)) if line]
-    return Group(table, *(Text(line, style="dim" if line.startswith("MiB/s") else "") for line in lines))
+    return Group(table, *_rates(summaries), *_notes(cluster, summaries))

@@ -212,6 +212,26 @@ _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40
           "KB": 1000, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 
 
+def human_bytes(n, short=False):
+    """Bytes in binary units: ``1.50 GiB`` (two decimals), or with ``short`` in two or three figures
+    (``0 B``, ``27 MiB``, ``1.2 GiB``) where a table has little room."""
+    unit = "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            break
+        n /= 1024
+    if unit == "B":
+        return f"{n:.0f} B"
+    if short:
+        return f"{n:.0f} {unit}" if abs(n) >= 10 else f"{n:.1f} {unit}"
+    return f"{n:.2f} {unit}"
+
+
+def gib(n):
+    """Bytes in GiB with two decimals, whatever their size: the unit of every free-space message."""
+    return f"{n / (1 << 30):.2f} GiB"
+
+
 def git_phase(line):
     """``(phase, done, total, bytes or None)`` from one line of ``git fetch --progress``."""
     m = _GIT_PHASE.match(line.strip())

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..nodeside import manifests
+from ..nodeside.progress import gib
 from .manifest import HashingWriter, file_sha256
 from .safetensors import SafetensorsError, TensorInfo, read_header, read_index
 from .writeback import Flusher
@@ -656,8 +657,8 @@ def pack_rank(
     )
     if need + margin_bytes > free + reclaim:
         raise FormatError(
-            f"not enough space in {engram_dir}: needs {_gib(need + margin_bytes)} "
-            f"({_gib(need)} + {_gib(margin_bytes)} margin), {_gib(free + reclaim)} free"
+            f"not enough space in {engram_dir}: needs {gib(need + margin_bytes)} "
+            f"({gib(need)} + {gib(margin_bytes)} margin), {gib(free + reclaim)} free"
         )
     if check_mode:
         res.changed = True
@@ -726,7 +727,3 @@ def pack_rank(
     ]
     res.seconds = time.monotonic() - started
     return res
-
-
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.2f} GiB"

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..nodeside import progress as stage_progress
 from ..nodeside.images import is_digest_ref, repository, run_reference
+from ..nodeside.progress import gib
 from . import manifest as mf
 
 ARCHIVE = "image.tar.zst"
@@ -43,10 +44,6 @@ IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 class ImageError(RuntimeError):
     """A step on one node failed; the message names the node and what to do."""
-
-
-def _gib(n: float) -> str:
-    return f"{n / (1 << 30):.2f} GiB"
 
 
 def _docker(argv: list[str], timeout: float | None = 120, **kw: Any) -> subprocess.CompletedProcess[str]:
@@ -355,8 +352,8 @@ def save_space_check(node: str, root: str, image_bytes: int, margin: int) -> dic
     if need > free:
         raise ImageError(
             f"{node}: not enough space on the filesystem of {probe_path} to save the image: needs "
-            f"{_gib(need)} (image {_gib(image_bytes)} x {SAVE_FACTOR} + {_gib(margin)} margin), "
-            f"{_gib(free)} free; nothing was saved — free space there (or lower the margin) and re-run"
+            f"{gib(need)} (image {gib(image_bytes)} x {SAVE_FACTOR} + {gib(margin)} margin), "
+            f"{gib(free)} free; nothing was saved — free space there (or lower the margin) and re-run"
         )
     return report
 
@@ -542,7 +539,7 @@ def space_check(
         if nbytes and nbytes + margin > free:
             raise ImageError(
                 f"{node}: not enough space on the filesystem of {probe_path} for the image: needs "
-                f"{_gib(nbytes + margin)} ({_gib(nbytes)} + {_gib(margin)} margin), {_gib(free)} free; "
+                f"{gib(nbytes + margin)} ({gib(nbytes)} + {gib(margin)} margin), {gib(free)} free; "
                 "nothing was loaded and the previous image stays — free space (docker image prune) and re-run"
             )
     return report
@@ -665,9 +662,9 @@ def load(
     probe_path, _dev, free = free_bytes(data_root)
     if need + margin > free:
         raise ImageError(
-            f"{node}: docker's data root {probe_path} has {_gib(free)} free; loading the image needs "
-            f"{_gib(need + margin)} (the {_gib(tar_bytes)} uncompressed archive docker unpacks first, "
-            f"{_gib(max(image_bytes, tar_bytes))} of layers and {_gib(margin)} margin); nothing was "
+            f"{node}: docker's data root {probe_path} has {gib(free)} free; loading the image needs "
+            f"{gib(need + margin)} (the {gib(tar_bytes)} uncompressed archive docker unpacks first, "
+            f"{gib(max(image_bytes, tar_bytes))} of layers and {gib(margin)} margin); nothing was "
             "loaded and the previous image stays — free space (docker image prune) and re-run"
         )
     before = node_image(ref, expected_id)

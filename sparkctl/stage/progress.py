@@ -32,7 +32,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 
 from sparkctl.ansible import content, runner
-from sparkctl.nodeside.progress import PROGRESS_FILE
+from sparkctl.nodeside.progress import PROGRESS_FILE, human_bytes
 from sparkctl.ssh import fleet as remote
 
 if TYPE_CHECKING:
@@ -106,14 +106,6 @@ def fleet_reader(
 
 
 # --- numbers -----------------------------------------------------------------------------------
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    return f"{n:.2f} TiB"  # pragma: no cover - the loop returns
 
 
 def human_duration(s: float) -> str:

@@ -8,7 +8,8 @@ from typing import Any
 
 from rich.console import Console
 
-from sparkctl.cli.stage_view import size, summary_table
+from sparkctl.cli.stage_view import summary_table
+from sparkctl.nodeside.progress import gib, human_bytes
 
 NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
 KIT = "61ace71c22887688b9dc1e129106f3b6807c94b7"
@@ -81,6 +82,22 @@ def test_a_pending_build_and_a_kit_that_is_not_current_are_noted_below() -> None
     assert [ln.split()[2] for ln in lines if ln.startswith("spark-")] == ["–", "✓", "✓", "✓"]
 
 
-def test_sizes_in_two_or_three_figures() -> None:
-    assert [size(n) for n in (0, 1000, 16_128, 27_965_000, 167_772_160, 3 << 30)] == [
-        "0 B", "1000 B", "16 KiB", "27 MiB", "160 MiB", "3.0 GiB"]
+def test_sizes_in_two_or_three_figures_for_the_table_and_two_decimals_elsewhere() -> None:
+    sizes = (0, 1000, 16_128, 27_965_000, 167_772_160, 3 << 30, 5 << 40)
+    assert [human_bytes(n, short=True) for n in sizes] == [
+        "0 B", "1000 B", "16 KiB", "27 MiB", "160 MiB", "3.0 GiB", "5.0 TiB"]
+    assert [human_bytes(n) for n in sizes] == [
+        "0 B", "1000 B", "15.75 KiB", "26.67 MiB", "160.00 MiB", "3.00 GiB", "5.00 TiB"]
+    # Free-space messages keep one unit whatever the size, so need and free compare at a glance.
+    assert [gib(n) for n in (0, 512 << 20, 3 << 30, 5 << 40)] == ["0.00 GiB", "0.50 GiB", "3.00 GiB",
+                                                                   "5120.00 GiB"]
+
+
+def test_the_rates_are_dimmed_and_the_notes_are_not() -> None:
+    summaries = _summaries()
+    summaries["spark-3"]["kit"]["current"] = "0" * 40
+    below = summary_table(_cluster(), summaries, False, "all").renderables[1:]
+    assert [(str(t), t.style) for t in below] == [
+        ("MiB/s per node: checkpoint 129–135, image 142–144, packing 115–130", "dim"),
+        ("kit staged but not current (spark-3: current 00000000)", ""),
+    ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -26,14 +27,25 @@ SKIP = "[yellow]–[/yellow]"
 json_written = False
 
 
-def compact_table(title: str | None = None) -> Table:
+def compact_table(title: str | None = None, columns: Sequence[str] = (), *, right: Collection[str] = (),
+                  wrap: Collection[str] = ()) -> Table:
     """The tables a verb prints per node or port: a rule under the header, one space between columns,
-    no borders, so that four Sparks fit 80 columns one line each (`status`, `stage`, `check fabric`)."""
+    no borders, so that four Sparks fit 80 columns one line each (`status`, `stage`, `check fabric`).
+
+    ``columns`` are added in order, left-aligned and kept on one line; those named in ``right`` are
+    right-aligned (numbers), those in ``wrap`` may wrap, a word too long for the column folded,
+    never cut. A column that needs more (a width, centring) is added by the caller after these."""
     from rich import box
     from rich.table import Table
 
-    return Table(title=title, title_justify="left", expand=False, box=box.SIMPLE_HEAD, padding=(0, 1),
-                 pad_edge=False, collapse_padding=True, show_edge=False)
+    table = Table(title=title, title_justify="left", expand=False, box=box.SIMPLE_HEAD, padding=(0, 1),
+                  pad_edge=False, collapse_padding=True, show_edge=False)
+    for name in columns:
+        if name in wrap:
+            table.add_column(name, justify="right" if name in right else "left", overflow="fold")
+        else:
+            table.add_column(name, justify="right" if name in right else "left", no_wrap=True)
+    return table
 
 
 def live(renderable: Any, console: Console, **options: Any) -> Any:

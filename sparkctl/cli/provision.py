@@ -137,9 +137,8 @@ def _hint(result: runner.RunResult) -> str | None:
 def _verdict_tables(verdict: fabric_check.Verdict, mtu: int) -> tuple[Table, Group]:
     """The ports (one line each) and the ping matrix under its heading: within 80 columns for four
     Sparks (the port names and addresses were cut: "enP2p1s0f0…", "10.251.0.…")."""
-    ports = ui.compact_table("fabric ports")
-    for col in ("", "node", "port", "switch", "state", "speed", "mtu", "address", "gid"):
-        ports.add_column(col)
+    columns = ("", "node", "port", "switch", "state", "speed", "mtu", "address", "gid")
+    ports = ui.compact_table("fabric ports", columns, wrap=columns)
     for p in verdict.ports:
         ports.add_row(
             ui.OK if p.ok else ui.FAIL,

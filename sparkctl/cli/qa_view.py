@@ -39,8 +39,7 @@ def qualify_table(report: QualifyReport) -> Group:
     heading = Text(f"qualify ({report.suite}) — {report.model} at {report.endpoint}")
     if report.simulator:
         heading.append(" · ").append("simulator", style="bold yellow")
-    table = ui.compact_table()
-    table.add_column("", no_wrap=True)
+    table = ui.compact_table(columns=("",))
     table.add_column("check", max_width=40)  # the quick suite's names whole; longer ones wrap
     table.add_column("time", justify="right", no_wrap=True)
     table.add_column("detail", overflow="fold")
@@ -102,13 +101,9 @@ def bench_table(report: BenchReport, levels: list[Any] | None = None, note: str 
         title += f" · profile {report.profile}"
     if report.simulator:
         title += " · [bold yellow]simulator[/bold yellow]"
-    table = ui.compact_table()
-    table.add_column("workload", no_wrap=True)
-    table.add_column("C", justify="right", no_wrap=True)
-    table.add_column("definition", no_wrap=True)
-    table.add_column(f"{measured} tok/s", justify="right", no_wrap=True)
-    table.add_column("min–max (n)", justify="right", no_wrap=True)
-    table.add_column("TTFT s", justify="right", no_wrap=True)
+    tps = f"{measured} tok/s"
+    table = ui.compact_table(columns=("workload", "C", "definition", tps, "min–max (n)", "TTFT s"),
+                             right=("C", tps, "min–max (n)", "TTFT s"))
     for lvl in levels:
         data = lvl.to_dict()
         head, ttft = data["headline_tps"], data["ttft_s"]
@@ -121,14 +116,8 @@ def bench_table(report: BenchReport, levels: list[Any] | None = None, note: str 
     parts: list[Any] = [Text.from_markup(title), table, Text(DEFINITIONS, style="dim")]
     figures = [(lvl, f) for lvl in levels for f in lvl.published]
     if figures:
-        ref = ui.compact_table()
-        ref.add_column("workload", no_wrap=True)
-        ref.add_column("C", justify="right", no_wrap=True)
-        ref.add_column("published", no_wrap=True)
-        ref.add_column("tok/s", justify="right", no_wrap=True)
-        ref.add_column("ratio", justify="right", no_wrap=True)
-        ref.add_column("range", justify="right", no_wrap=True)
-        ref.add_column("TTFT s", justify="right", no_wrap=True)
+        ref = ui.compact_table(columns=("workload", "C", "published", "tok/s", "ratio", "range", "TTFT s"),
+                               right=("C", "tok/s", "ratio", "range", "TTFT s"))
         for lvl, f in figures:
             ratio = lvl.ratio(f)
             ref.add_row(lvl.workload.name, str(lvl.concurrency), f.label, _fmt(f.value),
@@ -151,11 +140,8 @@ def bench_table(report: BenchReport, levels: list[Any] | None = None, note: str 
 def prefill_table(report: BenchReport) -> Group:
     assert report.prefill is not None
     measured = "simulator" if report.simulator else "sparkctl"
-    table = ui.compact_table()
-    for name, justify in (("size", "left"), ("prompt tok", "right"), ("TTFT s", "right"),
-                          (f"{measured} tok/s", "right"), ("M1 tok/s (ratio)", "right"), ("note", "left")):
-        table.add_column(name, justify=justify, no_wrap=name != "note",  # type: ignore[arg-type]
-                         overflow="fold")
+    numbers = ("prompt tok", "TTFT s", f"{measured} tok/s", "M1 tok/s (ratio)")
+    table = ui.compact_table(columns=("size", *numbers, "note"), right=numbers, wrap=("note",))
     for p in report.prefill.points:
         t = p.timing
         figs = p.published
@@ -177,11 +163,9 @@ def prefill_table(report: BenchReport) -> Group:
 
 def arrivals_table(report: BenchReport) -> Group:
     result = report.arrivals or {}
-    table = ui.compact_table()
-    for name in ("requests", "done", "tok/s", "latency s", "median s", "p95 s", "TTFT s"):
-        table.add_column(name, justify="right", no_wrap=True)
+    numbers = ("requests", "done", "tok/s", "latency s", "median s", "p95 s", "TTFT s")
+    table = ui.compact_table(columns=(*numbers, "source"), right=numbers, wrap=("source",))
     lat, ttft = result.get("latency_s") or {}, result.get("ttft_s") or {}
-    table.add_column("source", overflow="fold")
     measured = "simulator" if report.simulator else "sparkctl"
     table.add_row(str(result.get("requests")), str(result.get("completed")),
                   _fmt(result.get("throughput_tps")), _fmt(lat.get("mean"), 3),
@@ -199,9 +183,8 @@ def arrivals_table(report: BenchReport) -> Group:
 
 def ab_table(report: BenchReport) -> Group:
     ab = report.ab or {}
-    table = ui.compact_table()
-    for name in ("value", "baseline 1", "lever", "baseline 2", "difference", "range", "drift"):
-        table.add_column(name, justify="left" if name == "value" else "right", no_wrap=True)
+    numbers = ("baseline 1", "lever", "baseline 2", "difference", "range", "drift")
+    table = ui.compact_table(columns=("value", *numbers), right=numbers)
     for d in ab["differences"]:
         b1, b2 = d["baseline"]
         pct = d.get("difference_pct")

@@ -105,9 +105,8 @@ def summary_table(
     was staged and did not report (its play failed there), else under the image or checkpoint."""
     kit_staged = what == "kit" or (what == "all" and getattr(cluster, "kit", None) is not None)
     title = "stage --verify-only" if verify_only else "stage"
-    table = ui.compact_table(f"{title}: {cluster.name}")
-    for col in ("node", "rank", "kit", "image", "weights", "engram", "moved", "packed"):
-        table.add_column(col, overflow="fold")  # an error's words wrap, never cut
+    columns = ("node", "rank", "kit", "image", "weights", "engram", "moved", "packed")
+    table = ui.compact_table(f"{title}: {cluster.name}", columns, wrap=columns)  # an error's words wrap
     for node in cluster.nodes:
         s = summaries.get(node.name, {})
         moved = _moved(s)

@@ -55,9 +55,8 @@ def fabric_cell(links: dict[str, Any]) -> str:
 
 def status_table(snap: verdict.Snapshot) -> Table:
     """One row per node, within 80 columns for four `spark-N` nodes: no cell wraps."""
-    table = ui.compact_table()
-    for col in ("rank", "node", "unit", "mem GiB", "GPU", "fabric", "shards"):
-        table.add_column(col, no_wrap=col in ("mem GiB", "GPU", "fabric"))
+    table = ui.compact_table(columns=("rank", "node", "unit", "mem GiB", "GPU", "fabric", "shards"),
+                             wrap=("rank", "node", "unit", "shards"))
     for f in sorted(snap.nodes.values(), key=lambda f: f.rank):
         if not f.reachable:
             # why, and what to check, is its line among the reasons under the table (printed once)

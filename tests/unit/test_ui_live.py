@@ -45,3 +45,18 @@ def test_the_host_table_in_a_pipe_ends_its_line() -> None:
         pass
     console.print("after")
     assert out.getvalue().endswith("\nafter\n") and "after" not in out.getvalue().splitlines()[-2]
+
+
+def test_a_compact_tables_columns_are_named_once_with_their_alignment_and_wrapping() -> None:
+    table = ui.compact_table("t", ("node", "tok/s", "note"), right=("tok/s",), wrap=("note",))
+    assert [(c.header, c.justify, c.no_wrap, c.overflow) for c in table.columns] == [
+        ("node", "left", True, "ellipsis"), ("tok/s", "right", True, "ellipsis"),
+        ("note", "left", False, "fold")]
+    word = "a-note-without-spaces-that-is-longer-than-the-room-left"
+    table.add_row("spark-0", "41.20", word)
+    console = Console(width=40, record=True, color_system=None)
+    console.print(table)
+    lines = console.export_text().splitlines()
+    assert all(len(ln) <= 40 for ln in lines) and "…" not in "".join(lines), lines
+    note = lines[3].index("a-note")  # folded into its own column, line after line
+    assert "".join(ln[note:].strip() for ln in lines[3:]) == word, lines

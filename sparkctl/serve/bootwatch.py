@@ -66,8 +66,9 @@ def shown_tail(text: str, lines: int = LOG_TAIL_LINES, width: int = LOG_LINE_CHA
 def read_journal(fleet: FleetLike, unit: str, node: str,
                  lines: int = LOG_TAIL_LINES) -> tuple[str | None, str]:
     """The last ``lines`` lines of ``unit``'s journal on ``node`` over SSH: (the text, "") or, when
-    the node did not answer, (None, why)."""
-    cmd = f"journalctl -u {unit} -n {lines} --no-pager -o short-iso 2>&1 || true\n"
+    the node did not answer, (None, why). The hostname is left out: the failure's label names the
+    node, and the line's width goes to the gateway's or rank's own words."""
+    cmd = f"journalctl -u {unit} -n {lines} --no-pager -o short-iso --no-hostname 2>&1 || true\n"
     res = fleet.run({node: cmd}, timeout=15, only=[node]).get(node)
     if res is None:
         return None, "not among the nodes asked"

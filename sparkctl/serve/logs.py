@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 
 def journal_command(unit: str, lines: int | None, since: str | None, follow: bool) -> str:
-    cmd = ["journalctl", "-u", unit, "--no-pager", "-o", "short-iso"]
+    # The node is in each line's own prefix ([r0 spark-0]), so journalctl leaves its hostname out.
+    cmd = ["journalctl", "-u", unit, "--no-pager", "-o", "short-iso", "--no-hostname"]
     if since:
         cmd += ["--since", since]
     if lines is not None:

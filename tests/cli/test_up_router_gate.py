@@ -186,7 +186,8 @@ def test_a_router_that_keeps_exiting_fails_with_its_journal_tail(monkeypatch: py
     at = details.index("log tail of the router on spark-0:")
     tail = details[at + 1:]
     assert len(tail) == routergate.JOURNAL_LINES and tail[-1] == f"    {last}"
-    journal = "journalctl -u sparkctl-router.service -n 15 --no-pager -o short-iso 2>&1 || true\n"
+    journal = ("journalctl -u sparkctl-router.service -n 15 --no-pager -o short-iso --no-hostname "
+               "2>&1 || true\n")
     assert fleet.asked == [{"spark-0": journal}]
     assert fleet.closed
 

@@ -87,6 +87,9 @@ def test_logs_and_bundle_of_one_group(site: GroupsSite, tmp_path: Path) -> None:
     ok(logs, "logs --group b")
     prefixes = {line.split("]", 1)[0] + "]" for line in logs.stdout.splitlines() if line.startswith("[")}
     assert prefixes == {"[b r0 spark-2]", "[b r1 spark-3]"}, logs.stdout[-2000:]
+    # The node is named once, in the prefix: after the time comes the unit's own name, no hostname.
+    tagged = [line.split("] ", 1)[1].split() for line in logs.stdout.splitlines() if line.startswith("[")]
+    assert tagged and not any(words[1] in GROUPS["b"] for words in tagged), logs.stdout[-2000:]
     out = tmp_path / "a.tar.gz"
     ok(site.run("bundle", "--group", "a", "-o", str(out)), "bundle --group a")
     with tarfile.open(out) as tar:

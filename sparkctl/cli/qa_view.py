@@ -10,7 +10,7 @@ from rich.console import Group
 from rich.text import Text
 
 from sparkctl import ui
-from sparkctl.qa.qualify import CheckResult, QualifyReport
+from sparkctl.qa.qualify import ACCEPTANCE, AFTER, CheckResult, QualifyReport
 from sparkctl.serve import thermals
 
 if TYPE_CHECKING:
@@ -35,17 +35,32 @@ def say_guard(summary: dict[str, Any]) -> None:
 
 def qualify_table(report: QualifyReport) -> Group:
     """What was asked, then one line per check where the words fit (80 columns: the quick suite's
-    titles and details wrapped in a boxed table)."""
+    titles and details wrapped in a boxed table). The full suite's acceptance checks come under two
+    headings, before and after the long request, each title said once; a title is kept whole up to
+    40 characters (the detail beside it wraps first)."""
     heading = Text(f"qualify ({report.suite}) — {report.model} at {report.endpoint}")
     if report.simulator:
         heading.append(" · ").append("simulator", style="bold yellow")
+    rows: list[tuple[str, str | Text, str, str]] = []
+    phase = None
+    for c in report.checks:
+        title = c.title
+        if c.phase and c.phase != phase:
+            rows.append(("", Text(f"{c.phase} the long request", style="dim"), "", ""))
+        if c.phase == "after":  # said once by the heading above, not on every row under it
+            title = ACCEPTANCE.get(c.name.removesuffix(AFTER), title)
+        phase = c.phase or phase
+        mark = ui.SKIP if c.skipped else (ui.OK if c.passed else ui.FAIL)
+        rows.append((mark, title, "" if c.skipped else f"{c.seconds:.1f}s", c.detail))
+    longest = max((len(str(r[1])) for r in rows), default=5)
     table = ui.compact_table(columns=("",))
-    table.add_column("check", max_width=40)  # the quick suite's names whole; longer ones wrap
+    # A fixed width, not min_width: rich wrapped a neighbour's words for a wider column than it
+    # then drew with min_width, and cut what did not fit ("16/16" printed as "16/").
+    table.add_column("check", width=min(longest, 40))
     table.add_column("time", justify="right", no_wrap=True)
     table.add_column("detail", overflow="fold")
-    for c in report.checks:
-        mark = ui.SKIP if c.skipped else (ui.OK if c.passed else ui.FAIL)
-        table.add_row(mark, c.title, "" if c.skipped else f"{c.seconds:.1f}s", c.detail)
+    for row in rows:
+        table.add_row(*row)
     return Group(heading, table)
 
 

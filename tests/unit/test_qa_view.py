@@ -47,3 +47,26 @@ def test_a_failed_and_a_skipped_check_show_their_own_marks() -> None:
               CheckResult("images", "one image: printed code", False, 0.0, "", skipped="no vision tower")]
     rows = [ln for ln in _lines(_report(checks)) if ln.startswith(("✓", "⨯", "–"))]
     assert rows[0].startswith("⨯") and "0.1s" in rows[0] and rows[1].startswith("–") and "s " not in rows[1]
+
+
+def test_the_full_suite_says_before_and_after_once_and_keeps_titles_whole() -> None:
+    from sparkctl.qa.qualify import CHECKS, SUITES, _phase
+
+    names = SUITES["full"]
+    detail = "16/16 exact at concurrency 8, every answer schema-valid"
+    checks = [CheckResult(n, CHECKS[n], True, 1.2, detail, phase=_phase(n, names)) for n in names]
+    report = _report(checks)
+    report.suite = "full"
+    lines = _lines(report)
+    assert all(len(ln) <= 80 for ln in lines) and not any("…" in ln for ln in lines), lines
+    assert not any("after the long request)" in ln for ln in lines), lines  # no title repeats it
+    headings = [ln.strip() for ln in lines if ln.strip().endswith("the long request")]
+    assert headings == ["before the long request", "after the long request"], lines
+    rows = [ln for ln in lines if ln.startswith("✓")]
+    assert len(rows) == len(names)
+    # Titles of up to 40 characters on their own line; the details wrap beside them, every word kept.
+    short = [t for t in CHECKS.values() if len(t) <= 40]
+    assert all(any(t in r for r in rows) for t in short), lines
+    for start in [i for i, ln in enumerate(lines) if ln.startswith("✓")]:
+        words = " ".join(ln[lines[1].index("detail"):] for ln in lines[start:start + 3]).split()
+        assert " ".join(words).startswith(detail), lines[start:start + 3]

@@ -30,6 +30,7 @@ from ansible.module_utils.sparkctl.stage import dsv41en1, manifest
 # What the modules above import relatively, named here too: Mitogen ships with a module only the
 # module_utils it names (tests/unit/test_strategy_mitogen.py keeps this list whole).
 import ansible.module_utils.sparkctl.nodeside.manifests  # noqa: F401
+import ansible.module_utils.sparkctl.nodeside.progress  # noqa: F401
 import ansible.module_utils.sparkctl.stage.safetensors  # noqa: F401
 import ansible.module_utils.sparkctl.stage.writeback  # noqa: F401
 

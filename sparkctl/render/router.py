@@ -110,8 +110,6 @@ def unit(cluster: Cluster) -> str:
         "Type=exec",
         f"WorkingDirectory={DIR}",
         f"Environment=PYTHONPATH={DIR} PYTHONDONTWRITEBYTECODE=1",
-        "# Its log without terminal colours: the journal is read by people and by sparkctl, not a tty.",
-        "Environment=NO_COLOR=1",
     ]
     if has_key(cluster):
         # The key reaches the launcher as a credential (a file only this service reads), never argv.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ SAMPLE_INTERVAL_S = 2.0   # memory guard and unit states, every node
 POLL_INTERVAL_S = 0.5     # HTTP gates between samples
 LOG_TAIL_LINES = 30
 LOG_LINE_CHARS = 240      # a log line shown with a failure is cut here (a rank prints JSON lines of kB)
+ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 PRESTART_GATE = "kit pre-start checks"
 PRESTART_LINES = 400      # pre-start lines read back from a rank's journal (one per failed check)
 # Gates at which a rank's unit is found failed or gone: its container may have stopped in the pre-start.
@@ -58,9 +60,10 @@ class GateFailure(Exception):
 
 def shown_tail(text: str, lines: int = LOG_TAIL_LINES, width: int = LOG_LINE_CHARS) -> list[str]:
     """The last ``lines`` lines of a log as shown with a failure, each cut to ``width`` characters
-    with the count of what was cut: one long line must not push the rest of the failure off screen."""
+    with the count of what was cut: one long line must not push the rest of the failure off screen.
+    Terminal colour codes are taken out (SGLang's gateway writes them into its journal)."""
     return [ln if len(ln) <= width else f"{ln[:width]}… (+{len(ln) - width} chars)"
-            for ln in text.splitlines()[-lines:]]
+            for ln in ANSI_COLOUR.sub("", text).splitlines()[-lines:]]
 
 
 def read_journal(fleet: FleetLike, unit: str, node: str,

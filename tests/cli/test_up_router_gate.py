@@ -166,8 +166,11 @@ def _gate_over(fleet: JournalFleet, bound_s: float) -> routergate.RouterGate:
 
 
 def test_a_router_that_keeps_exiting_fails_with_its_journal_tail(monkeypatch: pytest.MonkeyPatch) -> None:
-    last = "2026-12-06T20:00:00 spark-0 sparkctl-router[7]: Address already in use (os error 98)"
-    fleet = JournalFleet("".join(f"line {i}\n" for i in range(40)) + last + "\n")
+    last = "2026-12-06T20:00:00 sparkctl-router[7]: ERROR smg::server: Address already in use (os error 98)"
+    # The gateway colours its log whatever it writes to (NO_COLOR or not): the tail shows the words.
+    coloured = (last.replace("ERROR", "\x1b[31mERROR\x1b[0m")
+                .replace("smg::server:", "\x1b[2msmg::server\x1b[0m\x1b[2m:\x1b[0m"))
+    fleet = JournalFleet("".join(f"line {i}\n" for i in range(40)) + coloured + "\n")
     the_gate = _gate_over(fleet, bound_s=6.0)
 
     def probe(doc: dict[str, Any], *_: Any, **__: Any) -> router_status.RouterFacts:

@@ -215,7 +215,6 @@ _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40
 def human_bytes(n, short=False):
     """Bytes in binary units: ``1.50 GiB`` (two decimals), or with ``short`` in two or three figures
     (``0 B``, ``27 MiB``, ``1.2 GiB``) where a table has little room."""
-    unit = "B"
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             break

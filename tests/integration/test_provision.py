@@ -35,8 +35,23 @@ def _json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return doc
 
 
+EXPORTER = "sparkctl-exporter.service"
+
+
 @pytest.fixture(scope="module")
-def provisioned(lab: Any) -> dict[str, Any]:
+def exporter_before(lab: Any) -> dict[str, tuple[str, str]]:
+    """Each node's exporter before the module's first provision: running or not, and the node's clock."""
+    found = {}
+    running = f"systemctl is-active --quiet {EXPORTER} && echo running || echo stopped"
+    for node in NODES:
+        probe = lab.ssh(node, f"{running}; date +%s")
+        state, clock = probe.stdout.split()
+        found[node] = (state, clock)
+    return found
+
+
+@pytest.fixture(scope="module")
+def provisioned(lab: Any, exporter_before: dict[str, tuple[str, str]]) -> dict[str, Any]:
     lab.heal()
     proc = lab.run_sparkctl("provision", json_out=True, timeout=900)
     doc = _json(proc)
@@ -50,6 +65,20 @@ def test_provision_passes(provisioned: dict[str, Any]) -> None:
     for host in NODES:
         assert provisioned["hosts"][host]["failed"] == 0
         assert provisioned["hosts"][host]["unreachable"] == 0
+
+
+def test_an_exporter_that_was_not_running_is_started_once(
+    lab: Any, provisioned: dict[str, Any], exporter_before: dict[str, tuple[str, str]]
+) -> None:
+    """The role writes the exporter's files before it starts the unit, so a node whose exporter was not
+    running (a fresh node) gets one start from them and no restart by the role's handler."""
+    fresh = {node: clock for node, (state, clock) in exporter_before.items() if state != "running"}
+    if not fresh:
+        pytest.skip("every node's exporter was running before this module's provision (a kept lab)")
+    for node, clock in fresh.items():
+        log = lab.ssh(node, f"journalctl -u {EXPORTER} --since @{clock} -o cat --no-pager").stdout
+        starts = [line for line in log.splitlines() if line.startswith("Started ")]
+        assert len(starts) == 1 and "Stopping " not in log, f"{node}:\n{log}"
 
 
 def test_second_run_changes_nothing(lab: Any, provisioned: dict[str, Any]) -> None:

@@ -1,5 +1,6 @@
 """Facts that Python and the Ansible side both need, held to one owner (or tied where they must be
-written twice): the controller state directory and the SGLang version."""
+written twice): the controller state directory, the SGLang version, and the pattern of the terminal
+colour codes taken out of a journal shown with a failure."""
 
 from __future__ import annotations
 
@@ -146,3 +147,13 @@ def test_the_kit_cache_the_fast_paths_read_is_the_role_default(
     assert roledefaults.controller_path("spark_kit", "spark_kit_cache_dir") == str(tmp_path / "state" / "kit")
     src = (REPO / "sparkctl" / "cli" / "common.py").read_text()
     assert 'state_dir() / "kit"' not in src
+
+
+def test_the_router_role_and_the_boot_watch_take_out_the_same_colour_codes() -> None:
+    """A failure tail is shown without the gateway's colour codes both by the router role (its
+    Jinja, for `ansible-playbook playbooks/router.yml` by hand) and by `up`'s router gate (Python)."""
+    from sparkctl.serve.bootwatch import ANSI_COLOUR
+
+    text = (REPO / "roles" / "spark_router" / "tasks" / "start.yml").read_text()
+    patterns = re.findall(r"regex_replace\('([^']*)', ''\)", text)
+    assert patterns == [ANSI_COLOUR.pattern], patterns

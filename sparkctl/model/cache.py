@@ -10,8 +10,11 @@ under a key made of:
 * the relative path and SHA-256 of every file directly in the inventory directory and of every
   file under its ``group_vars/`` and ``host_vars/`` (one byte changed, a file added or removed:
   the key changes and the inventory is read again);
-* the ansible.cfg files ansible-core may read, every ``ANSIBLE_*`` environment variable, and the
-  vault password file given;
+* the ansible.cfg files ansible-core may read, every ``ANSIBLE_*`` environment variable but those
+  that cannot change what it reads from an inventory (``_NOT_READ``: colour, callbacks, temporary
+  and SSH control directories, the fact cache; each playbook sparkctl runs sets some of them to
+  paths of its own run), ``$ANSIBLE_HOME`` by what in it can (its ``plugins/`` and ``collections/``
+  trees, not its path: each run's is new and empty), and the vault password file given;
 * sparkctl's version and the size and time of its model modules, ansible-core's release file,
   Python's version.
 
@@ -152,6 +155,31 @@ class Ticket:
         return True
 
 
+# ANSIBLE_* variables that cannot change what ansible-core reads from an inventory (sparkctl's runs
+# and ansible-runner set them, several to a path of the run: keyed, no run would find the cache).
+_NOT_READ = frozenset({
+    "ANSIBLE_FORCE_COLOR", "ANSIBLE_NOCOLOR", "ANSIBLE_STDOUT_CALLBACK", "ANSIBLE_CALLBACK_PLUGINS",
+    "ANSIBLE_LOCAL_TEMP", "ANSIBLE_SSH_CONTROL_PATH_DIR", "ANSIBLE_HOST_KEY_CHECKING",
+    "ANSIBLE_RETRY_FILES_ENABLED", "ANSIBLE_CACHE_PLUGIN", "ANSIBLE_CACHE_PLUGIN_CONNECTION",
+})
+# Where under $ANSIBLE_HOME ansible-core looks for plugins and collections by default.
+_HOME_READ = ("plugins", "collections")
+
+
+def _ansible_env() -> list[Any]:
+    out: list[Any] = []
+    for name, value in sorted(os.environ.items()):
+        if not name.startswith("ANSIBLE_") or name in _NOT_READ:
+            continue
+        if name == "ANSIBLE_HOME":
+            home = Path(value).expanduser()
+            found = sorted(p for sub in _HOME_READ for p in (home / sub).rglob("*"))
+            out.append([name, [[str(p.relative_to(home)), *_stat(p)[1:]] for p in found]])
+            continue
+        out.append([name, value])
+    return out
+
+
 def key_of(inv: Path, vault_password_file: Path | str | None = None) -> tuple[str | None, str]:
     """The cache key of ``inv`` as its files are now, or (None, why it is never cached)."""
     files: list[Any] = []
@@ -168,7 +196,7 @@ def key_of(inv: Path, vault_password_file: Path | str | None = None) -> tuple[st
     parts = [
         FORMAT, __version__, sys.version, str(inv), str(inv.absolute()), files,
         [[str(p), _digest(p)] for p in _config_files()],
-        sorted((k, v) for k, v in os.environ.items() if k.startswith("ANSIBLE_")),
+        _ansible_env(),
         str(vault_password_file) if vault_password_file is not None else None,
         [_stat(p) for p in sorted(_MODEL_DIR.glob("*.py"))], _ansible_release(),
     ]

@@ -250,6 +250,7 @@ def module_costs(reports: Iterable[tuple[str, float, float]]) -> list[tuple[str,
 _cpu_marks: dict[str, tuple[float, float]] = {}
 _stream_marks: dict[str, float] = {}
 _phase_costs: list[tuple[str, float, float]] = []
+_phase_names: list[str] = []
 _config: pytest.Config | None = None
 _session_mark: tuple[float, float] | None = None
 
@@ -308,6 +309,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     core_s = getattr(report, "stream_core_s", None)
     if isinstance(core_s, (int, float)):
         _phase_costs.append((report.nodeid, report.duration, float(core_s)))
+        _phase_names.append(report.when)
     worker = getattr(getattr(report, "node", None), "gateway", None)
     if worker is None:
         return
@@ -337,6 +339,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         for module, wall, core_s in costs:
             share = 100 * core_s / total
             terminalreporter.write_line(f"  {core_s:7.0f} core-s {share:4.1f} %  {wall:6.0f} s  {module}")
+    # Every test phase's wall and stream CPU, for finding the costly tests within a module.
+    phases = os.environ.get("SPARKCTL_TEST_PHASE_LOG")
+    if phases and _phase_costs:
+        with open(phases, "w", encoding="utf-8") as f:
+            json.dump([{"test": n, "phase": p, "wall_s": round(w, 2), "core_s": c}
+                       for (n, w, c), p in zip(_phase_costs, _phase_names, strict=True)], f, indent=0)
 
 
 # --- one broken lab never takes the rest of its stream with it ----------------------------------

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 NODES = ["spark-0", "spark-1", "spark-2", "spark-3"]
-EXPORTER_UNIT = "sparkctl-exporter.service"
+EXPORTER_UNIT = monitoring.EXPORTER_UNIT_NAME
 EXPORTER_PORT = 9477  # the model's default; the lab inventory does not set sparkctl_ports.exporter
 
 

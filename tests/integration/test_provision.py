@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from sparkctl.model import load_inventory
-from sparkctl.render import fabric
+from sparkctl.render import fabric, monitoring
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ def _json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return doc
 
 
-EXPORTER = "sparkctl-exporter.service"
+EXPORTER = monitoring.EXPORTER_UNIT_NAME  # the unit the product installs
 
 
 @pytest.fixture(scope="module")

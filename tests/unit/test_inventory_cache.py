@@ -183,3 +183,44 @@ def test_status_bench_times_a_cold_then_a_warm_run_each_round(monkeypatch: pytes
     cold, warm = mod.cold_and_warm(run, forget, 3)
     assert log == ["forget", "cold", "warm"] * 3
     assert cold == [1.0] * 3 and warm == [0.2] * 3
+
+
+def _as_a_run(monkeypatch: pytest.MonkeyPatch, run_dir: Path) -> None:
+    """The environment of one playbook sparkctl runs (``runner.run_environment``): its own Ansible
+    home, temporary and SSH control directories under the run's directory."""
+    from sparkctl.ansible import runner
+
+    run_dir.mkdir(parents=True)
+    for name, value in runner.run_environment(run_dir, runner.control_path_dir(run_dir)).items():
+        monkeypatch.setenv(name, value)
+
+
+def test_playbooks_run_one_after_another_read_the_inventory_once(
+    example_copy: Path, reads: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each run's Ansible home, temporary and control directories are new paths, and ansible-runner
+    adds callback and fact-cache paths of its own: none of them changes what is read."""
+    _as_a_run(monkeypatch, tmp_path / "runs" / "1")
+    monkeypatch.setenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(tmp_path / "runs" / "1" / "fact_cache"))
+    first = load_inventory(example_copy)
+    _as_a_run(monkeypatch, tmp_path / "runs" / "2")
+    monkeypatch.setenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(tmp_path / "runs" / "2" / "fact_cache"))
+    assert load_inventory(example_copy).model_dump_json() == first.model_dump_json()
+    assert reads == [example_copy]
+
+
+def test_what_can_change_the_read_still_reads_it_again(
+    example_copy: Path, reads: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An inventory plugin under $ANSIBLE_HOME, or another list of enabled inventory plugins, may
+    read the same files differently: the inventory is read again."""
+    _as_a_run(monkeypatch, tmp_path / "run")
+    load_inventory(example_copy)
+    plugin = Path(os.environ["ANSIBLE_HOME"]) / "plugins" / "inventory" / "site.py"
+    plugin.parent.mkdir(parents=True)
+    plugin.write_text("# an inventory plugin of the admin's\n")
+    load_inventory(example_copy)
+    assert len(reads) == 2
+    monkeypatch.setenv("ANSIBLE_INVENTORY_ENABLED", "yaml")
+    load_inventory(example_copy)
+    assert len(reads) == 3

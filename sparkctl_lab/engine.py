@@ -65,10 +65,10 @@ _EXCLUDE_CONTENTS = (
     "var/log",
 )
 # Parts of the compiler a kit's build never runs (link-time optimisation, sanitizer and profiling
-# runtimes and tools): left out whole, matched against the path inside the image. g++ adds 227 MiB
-# to the tree (docs and the like excluded); these are 96 of them (the image's tar: 119 MiB with
-# python3 alone, 352 MiB with all of g++, 256 MiB without these). What R4's compile line needs
-# stays: the g++ driver, cc1plus, as, ld, the headers, libstdc++, libgcc, libc's development files.
+# runtimes and tools, the C compiler, static archives) and glibc's iconv modules: left out whole,
+# matched against the path inside the image. g++ adds 227 MiB to the tree (docs and the like
+# excluded). What R4's compile line needs stays: the g++ driver, cc1plus, as, ld, the headers,
+# libstdc++, libgcc, libc's development files (its linker scripts and libc_nonshared.a among them).
 _OMIT_COMPILER_PARTS = (
     "usr/lib/gcc/*/*/lto1",
     "usr/bin/lto-dump*",
@@ -88,6 +88,18 @@ _OMIT_COMPILER_PARTS = (
     "usr/bin/*-gp-*",
     "usr/bin/gcov*",
     "usr/bin/*-gcov*",
+    # g++ on a .cpp runs cc1plus, never the C compiler proper; a -shared build links the shared
+    # libraries, never these static archives; nor does it run gold or dwp; nothing in the image
+    # converts character sets through glibc's iconv modules.
+    "usr/lib/gcc/*/*/cc1",
+    "usr/lib/gcc/*/*/libstdc++.a",
+    "usr/lib/gcc/*/*/libstdc++fs.a",
+    "usr/lib/*-linux-gnu/libc.a",
+    "usr/lib/*-linux-gnu/libm-*.a",
+    "usr/lib/*-linux-gnu/libmvec.a",
+    "usr/bin/*ld.gold",
+    "usr/bin/*dwp",
+    "usr/lib/*-linux-gnu/gconv",
 )
 _FIXED_MTIME = 1796083200  # 2026-12-01, for the files added to the tree
 

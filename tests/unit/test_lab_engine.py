@@ -378,13 +378,19 @@ def test_the_image_tar_leaves_out_compiler_parts_a_build_never_runs(tmp_path: Pa
     kept = ("usr/lib/gcc/x86_64-linux-gnu/12/cc1plus", "usr/lib/gcc/x86_64-linux-gnu/12/libgcc.a",
             "usr/lib/gcc/x86_64-linux-gnu/12/liblto_plugin.so", "usr/bin/x86_64-linux-gnu-g++-12",
             "usr/bin/x86_64-linux-gnu-ld.bfd", "usr/lib/x86_64-linux-gnu/libstdc++.so.6",
-            "usr/include/c++/12/vector", "usr/bin/gpgv")
+            "usr/include/c++/12/vector", "usr/bin/gpgv", "usr/lib/x86_64-linux-gnu/libc.so",
+            "usr/lib/x86_64-linux-gnu/libc_nonshared.a", "usr/lib/x86_64-linux-gnu/libm.so",
+            "usr/lib/x86_64-linux-gnu/libmvec.so", "usr/bin/x86_64-linux-gnu-ld")
     dropped = ("usr/lib/gcc/x86_64-linux-gnu/12/lto1", "usr/bin/x86_64-linux-gnu-lto-dump-12",
                "usr/lib/gcc/x86_64-linux-gnu/12/libasan.a",
                "usr/lib/gcc/x86_64-linux-gnu/12/libtsan_preinit.o",
                "usr/lib/x86_64-linux-gnu/libubsan.so.1.0.0",
                "usr/lib/x86_64-linux-gnu/gprofng/libgp-collector.so",
-               "usr/bin/gcov-12", "usr/bin/x86_64-linux-gnu-gp-display-html")
+               "usr/bin/gcov-12", "usr/bin/x86_64-linux-gnu-gp-display-html",
+               "usr/lib/gcc/x86_64-linux-gnu/12/cc1", "usr/lib/gcc/x86_64-linux-gnu/12/libstdc++.a",
+               "usr/lib/x86_64-linux-gnu/libc.a", "usr/lib/x86_64-linux-gnu/libm-2.36.a",
+               "usr/lib/x86_64-linux-gnu/libmvec.a", "usr/bin/x86_64-linux-gnu-ld.gold",
+               "usr/bin/x86_64-linux-gnu-dwp", "usr/lib/x86_64-linux-gnu/gconv/UTF-16.so")
     for rel in kept + dropped:
         f = tree / rel
         f.parent.mkdir(parents=True, exist_ok=True)
@@ -395,6 +401,7 @@ def test_the_image_tar_leaves_out_compiler_parts_a_build_never_runs(tmp_path: Pa
         names = set(tar.getnames())
     assert set(kept) <= names
     assert not names & set(dropped) and "usr/lib/x86_64-linux-gnu/gprofng" not in names
+    assert "usr/lib/x86_64-linux-gnu/gconv" not in names
 
 
 def test_the_image_carries_the_probe_file_where_the_simulator_looks(tmp_path: Path) -> None:

@@ -59,6 +59,7 @@ extends_documentation_fragment:
 _REPO = next((p for p in Path(__file__).resolve().parents if (p / "sparkctl" / "__init__.py").is_file()),
              Path(__file__).resolve().parents[2])
 _CACHE = {}
+_FILES_CACHE = {}
 
 
 def _sparkctl():
@@ -96,7 +97,7 @@ def _rendered(inv: Path):
     stamp = _stamp(inv)
     hit = _CACHE.get(key)
     if hit is not None and hit[0] == stamp:
-        return hit[1]
+        return hit
     load_inventory, render = _sparkctl()
     try:
         cluster = load_inventory(inv)
@@ -133,7 +134,7 @@ def _rendered(inv: Path):
             "ansible_port": cluster.switch.ssh_port,
         }
     _CACHE[key] = (stamp, per_host)
-    return per_host
+    return stamp, per_host
 
 
 def _reading():
@@ -149,23 +150,35 @@ class VarsModule(BaseVarsPlugin):
 
     def get_vars(self, loader, path, entities, cache=True):
         super().get_vars(loader, path, entities)
-        inv = Path(os.path.realpath(path))
-        if not (inv / "group_vars" / "all" / "sparkctl.yml").is_file():
-            return {}
+        # Ansible asks for every group as well as every host, for each task: groups get nothing.
         hosts = [e for e in (entities if isinstance(entities, list) else [entities]) if isinstance(e, Host)]
-        if not hosts or _reading():
+        if not hosts:
             return {}
-        per_host = _rendered(inv)
+        inv = Path(os.path.realpath(path))
+        if not (inv / "group_vars" / "all" / "sparkctl.yml").is_file() or _reading():
+            return {}
+        stamp, per_host = _rendered(inv)
         data = {}
         for host in hosts:
             data.update(per_host.get(host.name, {}))
-            data.update(_absolute_files(loader, path, host, inv))
+            # What the host's connection variables resolve to depends only on the inventory's files
+            # (the stamp), the groups the host is in and the values set on it and on them in this
+            # run (add_host, group_by): kept for the run under all of those.
+            key = (str(inv), host.name, stamp, repr([
+                (g.name, [g.vars.get(k) for k in _CONNECTION_VARS])
+                for g in [*sorted(host.get_groups(), key=lambda g: g.name), host]
+            ]))
+            files = _FILES_CACHE.get(key)
+            if files is None:
+                files = _FILES_CACHE[key] = _absolute_files(loader, path, host, inv)
+            data.update(files)
         data["sparkctl_state_dir"] = _state_dir()
         return data
 
 
 _ARG_VARS = ("ansible_ssh_common_args", "ansible_ssh_extra_args")
 _KEY_VARS = ("ansible_ssh_private_key_file", "ansible_private_key_file")
+_CONNECTION_VARS = (*_ARG_VARS, *_KEY_VARS)
 
 
 def _effective(loader, path, host, key):

@@ -89,3 +89,44 @@ def test_node_of_a_second_group_gets_its_group_rank_and_tp() -> None:
     assert (group["name"], group["rank"], group["tp_size"], group["head"]) == ("b", 2, 4, "spark-4")
     assert hostvars["sparkctl_rendered"]["rank"] == 2
     assert hostvars["sparkctl_rendered"]["group"] == "b"
+
+
+def test_connection_files_follow_the_files_and_the_groups_within_one_run(example_copy: Path) -> None:
+    """Within one process (one ansible-playbook run) the plugin keeps what a host's connection
+    variables resolved to; a value set on the host, or the host in another group, is resolved afresh."""
+    import importlib.util
+
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    spec = importlib.util.spec_from_file_location("rendered", REPO / "plugins/vars/sparkctl_rendered.py")
+    assert spec is not None and spec.loader is not None
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+    loader = DataLoader()
+    hosts_file = example_copy / "hosts.yml"
+
+    def args_of(host_name: str, im: InventoryManager) -> str:
+        got = plugin.VarsModule().get_vars(loader, str(example_copy), [im.get_host(host_name)])
+        assert plugin.VarsModule().get_vars(loader, str(example_copy), im.groups["all"]) == {}
+        return str(got["ansible_ssh_common_args"])
+
+    im = InventoryManager(loader=loader, sources=[str(hosts_file)])
+    first = args_of("spark-1", im)
+    assert f"UserKnownHostsFile={example_copy / 'known_hosts'}" in first
+    assert args_of("spark-1", im) == first  # asked again: the same
+
+    # The host's own value set during the run (add_host does this): resolved afresh.
+    im.get_host("spark-1").set_variable("ansible_ssh_common_args", "-o UserKnownHostsFile=pinned_hosts")
+    assert f"UserKnownHostsFile={example_copy / 'pinned_hosts'}" in args_of("spark-1", im)
+
+    # The host put in a group of its own that sets other arguments (add_host's groups, group_by).
+    im = InventoryManager(loader=loader, sources=[str(hosts_file)])
+    before = args_of("spark-1", im)
+    im.add_group("bastioned")
+    im.groups["bastioned"].set_variable(
+        "ansible_ssh_common_args", "-o UserKnownHostsFile=bastion_hosts -o StrictHostKeyChecking=yes")
+    im.groups["bastioned"].add_host(im.get_host("spark-1"))
+    after = args_of("spark-1", im)
+    assert "UserKnownHostsFile=" in before and "bastion_hosts" not in before
+    assert f"UserKnownHostsFile={example_copy / 'bastion_hosts'}" in after

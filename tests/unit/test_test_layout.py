@@ -275,10 +275,13 @@ def test_the_lab_summary_adds_each_phase_cpu_to_its_module_costliest_first(
               ("tests/integration/test_serve.py::test_d", 60.0, 90.0)]
     assert conftest.module_costs(phases) == [("test_serve.py", 60.0, 90.0), ("test_kit.py", 41.0, 63.0),
                                              ("test_lab.py", 5.0, 4.0)]
-    # A machine's counter that starts again from zero (powered off and on) is new use.
+    # A machine's tree read lower than before (a process reaped between two reads) is no new use,
+    # and its use is counted again only past its highest reading; a machine powered off and on is
+    # a new key (another PID and start time), counted from zero.
     acc = conftest.Accumulated()
-    for reading, total in ((5.0, 5.0), (7.0, 7.0), (1.0, 8.0), (1.5, 8.5)):
+    for reading, total in ((5.0, 5.0), (7.0, 7.0), (6.5, 7.0), (7.5, 7.5)):
         assert acc.add({"spark-1:100:7": reading}) == pytest.approx(total)
+    assert acc.add({"spark-1:100:7": 7.5, "spark-1:300:9": 1.0}) == pytest.approx(8.5)
     # A process tree's CPU: every live process under the root, with what it reaped.
     tick = os.sysconf("SC_CLK_TCK")
     for pid, ppid, ticks in ((10, 1, (1, 1, 0, 0)), (11, 10, (2, 0, 3, 0)), (12, 11, (0, 0, 0, 4)),

@@ -13,8 +13,9 @@ under a key made of:
 * the ansible.cfg files ansible-core may read, every ``ANSIBLE_*`` environment variable but those
   that cannot change what it reads from an inventory (``_NOT_READ``: colour, callbacks, temporary
   and SSH control directories, the fact cache; each playbook sparkctl runs sets some of them to
-  paths of its own run), ``$ANSIBLE_HOME`` by what in it can (its ``plugins/`` and ``collections/``
-  trees, not its path: each run's is new and empty), and the vault password file given;
+  paths of its own run), ``$ANSIBLE_HOME`` (``~/.ansible`` when it is not set) by what in it can
+  (its ``plugins/`` and ``collections/`` trees, not its path: each run's is new and empty), and the
+  vault password file given;
 * sparkctl's version and the size and time of its model modules, ansible-core's release file,
   Python's version.
 
@@ -166,17 +167,28 @@ _NOT_READ = frozenset({
 _HOME_READ = ("plugins", "collections")
 
 
+def _home_listing(home: Path) -> list[Any]:
+    """What in an Ansible home can change a read: the entries of its plugins and collections."""
+    found = sorted(p for sub in _HOME_READ for p in (home / sub).rglob("*"))
+    return [[str(p.relative_to(home)), *_stat(p)[1:]] for p in found]
+
+
 def _ansible_env() -> list[Any]:
     out: list[Any] = []
     for name, value in sorted(os.environ.items()):
         if not name.startswith("ANSIBLE_") or name in _NOT_READ:
             continue
         if name == "ANSIBLE_HOME":
-            home = Path(value).expanduser()
-            found = sorted(p for sub in _HOME_READ for p in (home / sub).rglob("*"))
-            out.append([name, [[str(p.relative_to(home)), *_stat(p)[1:]] for p in found]])
+            out.append([name, _home_listing(Path(value).expanduser())])
             continue
         out.append([name, value])
+    if "ANSIBLE_HOME" not in os.environ:  # ansible-core's default home, ~/.ansible
+        try:
+            default = Path("~/.ansible").expanduser()
+        except RuntimeError:  # no home directory: none to look in
+            out.append(["~/.ansible", None])
+        else:
+            out.append(["~/.ansible", _home_listing(default)])
     return out
 
 

@@ -224,3 +224,20 @@ def test_what_can_change_the_read_still_reads_it_again(
     monkeypatch.setenv("ANSIBLE_INVENTORY_ENABLED", "yaml")
     load_inventory(example_copy)
     assert len(reads) == 3
+
+
+def test_a_plugin_in_the_default_ansible_home_reads_it_again(
+    example_copy: Path, reads: list[Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no $ANSIBLE_HOME, ansible-core looks in ~/.ansible: a plugin dropped there is seen."""
+    monkeypatch.delenv("ANSIBLE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "admin"))
+    load_inventory(example_copy)
+    load_inventory(example_copy)
+    assert len(reads) == 1
+    plugin = tmp_path / "admin" / ".ansible" / "plugins" / "inventory" / "site.py"
+    plugin.parent.mkdir(parents=True)
+    plugin.write_text("# an inventory plugin of the admin's\n")
+    load_inventory(example_copy)
+    assert len(reads) == 2
+

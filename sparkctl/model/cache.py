@@ -174,21 +174,14 @@ def _home_listing(home: Path) -> list[Any]:
 
 
 def _ansible_env() -> list[Any]:
-    out: list[Any] = []
-    for name, value in sorted(os.environ.items()):
-        if not name.startswith("ANSIBLE_") or name in _NOT_READ:
-            continue
-        if name == "ANSIBLE_HOME":
-            out.append([name, _home_listing(Path(value).expanduser())])
-            continue
-        out.append([name, value])
-    if "ANSIBLE_HOME" not in os.environ:  # ansible-core's default home, ~/.ansible
-        try:
-            default = Path("~/.ansible").expanduser()
-        except RuntimeError:  # no home directory: none to look in
-            out.append(["~/.ansible", None])
-        else:
-            out.append(["~/.ansible", _home_listing(default)])
+    out: list[Any] = [[name, value] for name, value in sorted(os.environ.items())
+                      if name.startswith("ANSIBLE_") and name not in _NOT_READ and name != "ANSIBLE_HOME"]
+    try:  # the home ansible-core reads, ~/.ansible unless $ANSIBLE_HOME names another
+        home = Path(os.environ.get("ANSIBLE_HOME", "~/.ansible")).expanduser()
+    except RuntimeError:  # no home directory: none to look in
+        out.append(["ANSIBLE_HOME", None])
+    else:
+        out.append(["ANSIBLE_HOME", _home_listing(home)])
     return out
 
 

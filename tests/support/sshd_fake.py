@@ -73,11 +73,14 @@ def _pipe(src: paramiko.Channel | socket.socket, dst: paramiko.Channel | socket.
     try:
         while data := src.recv(65536):
             dst.sendall(data)
-    except OSError:
+    except (OSError, EOFError):
         pass
     finally:
-        dst.close()
-        src.close()
+        # Either end may already be gone: paramiko raises EOFError closing a channel whose
+        # transport has stopped (the client hung up first).
+        for end in (dst, src):
+            with contextlib.suppress(OSError, EOFError):
+                end.close()
 
 
 def _forward(

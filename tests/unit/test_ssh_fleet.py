@@ -436,3 +436,28 @@ def test_connections_built_side_by_side_all_read_their_configuration(sshd: FakeS
         sys.setswitchinterval(interval)
         fleet.close()
     assert not errors, errors[0]
+
+
+def test_the_fake_sshds_pipe_ends_quietly_when_an_end_is_already_gone() -> None:
+    """A forwarded connection's pipe closes both ends when either stops. paramiko raises EOFError
+    closing a channel whose transport has already stopped (the client hung up first); the pipe's
+    thread must end quietly, not with an exception pytest reports as an unhandled thread error."""
+    from support import sshd_fake
+
+    class Gone:
+        def __init__(self, chunks: list[bytes]) -> None:
+            self.chunks, self.sent, self.closed = chunks, b"", False
+
+        def recv(self, n: int) -> bytes:
+            return self.chunks.pop(0) if self.chunks else b""
+
+        def sendall(self, data: bytes) -> None:
+            self.sent += data
+
+        def close(self) -> None:
+            self.closed = True
+            raise EOFError
+
+    src, dst = Gone([b"abc"]), Gone([])
+    sshd_fake._pipe(src, dst)  # type: ignore[arg-type]
+    assert dst.sent == b"abc" and src.closed and dst.closed

@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # annotations only: render never imports the model at run tim
     from sparkctl.model.router import Router
 
 UNIT_NAME = "sparkctl-router.service"
+# The journal's SYSLOG_IDENTIFIER of the gateway's lines (its stdout and stderr).
+IDENTIFIER = "sparkctl-router"
 UNIT_FILE = f"/etc/systemd/system/{UNIT_NAME}"
 DIR = "/opt/sparkctl/router"  # the launcher (nodeside/), the venv, the staged wheel
 VENV = f"{DIR}/venv"
@@ -129,7 +131,7 @@ def unit(cluster: Cluster) -> str:
         "Restart=on-failure",
         f"RestartSec={RESTART_S}",
         "TimeoutStopSec=30",
-        "SyslogIdentifier=sparkctl-router",
+        f"SyslogIdentifier={IDENTIFIER}",
         "",
         "# No [Install] section: `sparkctl up` starts it once the groups are up, `down` stops it.",
     ]
@@ -190,6 +192,7 @@ def entry(cluster: Cluster) -> dict[str, Any]:
         "metrics_url": metrics_url(cluster),
         "workers": [{"group": e.group, "node": e.node, "url": e.url} for e in groups.endpoints(cluster)],
         "unit": UNIT_NAME,
+        "identifier": IDENTIFIER,
         "unit_file": UNIT_FILE,
         "dir": DIR,
         "venv": VENV,

@@ -32,6 +32,8 @@ import httpx
 import pytest
 from support.groups_lab import GROUPS, ROUTER_UNIT, GroupsSite, ok
 
+from sparkctl.render.router import UNIT_FILE
+
 if TYPE_CHECKING:
     from conftest import Lab
 
@@ -222,12 +224,22 @@ def test_a_router_that_cannot_start_fails_its_start_with_its_journal(routed: Gro
     after it runs and has filled the unit's journal with its own start-up lines. The squatter lets
     the port go as soon as the first gateway has exited, so the second one starts and keeps running
     within the settle time (15 s here); only 5 journal lines are asked for, shown without the
-    gateway's terminal colours."""
+    gateway's terminal colours.
+
+    The node's journald is held (SIGSTOP) from before the start until the second gateway runs, as a
+    loaded node's journald falls behind: it then stores the first gateway's lines after the restart,
+    under the second run's invocation ID, so the role must find them by that run's process."""
     squat = "sparkctl-test-port-squat"
     listening = f"ss -ltn | grep -q ':{PORT} '"
     substate = f"systemctl show -p SubState --value {ROUTER_UNIT}"
-    hold = (f"python3 -m http.server {PORT} & pid=$!; for i in $(seq 300); do "
-            f"[ \"$({substate})\" = auto-restart ] && break; sleep 0.2; done; kill $pid")
+    journald = "systemctl show -p MainPID --value systemd-journald"
+    # journald is held once the unit file is there (the gateway starts after it is written): from
+    # the squatter's start when an earlier test installed the router, else once the role wrote it.
+    hold = (f"python3 -m http.server {PORT} & pid=$!; j=$({journald}); trap \"kill -CONT $j\" EXIT; "
+            f"for i in $(seq 1500); do [ -e {UNIT_FILE} ] && break; sleep 0.2; done; kill -STOP $j; "
+            f"for i in $(seq 300); do "
+            f"[ \"$({substate})\" = auto-restart ] && break; sleep 0.2; done; kill $pid; "
+            f"for i in $(seq 150); do [ \"$({substate})\" = running ] && break; sleep 0.2; done; sleep 1")
     wait = f"for i in $(seq 50); do {listening} && break; sleep 0.2; done; {listening}"
     routed.lab.ssh(ROUTER_NODE, f"systemd-run --unit {squat} sh -c '{hold}' && {wait}")
     try:
@@ -244,4 +256,5 @@ def test_a_router_that_cannot_start_fails_its_start_with_its_journal(routed: Gro
         assert "\x1b[" not in out, out[-3000:]  # the gateway's colours are taken out of its words
         assert took < 120, took  # the role's settle (15 s), not the up gate's 180 s
     finally:
-        routed.lab.ssh(ROUTER_NODE, f"systemctl stop {squat} {ROUTER_UNIT}", check=False)
+        routed.lab.ssh(ROUTER_NODE, f"systemctl stop {squat} {ROUTER_UNIT}; kill -CONT $({journald})",
+                       check=False)

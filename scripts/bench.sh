@@ -22,6 +22,7 @@ if [ "$(id -u)" = 0 ]; then
   run lab-updown   python bench/lab_updown.py --runs 2
   sparkctl lab up >/dev/null
   run provision    python bench/provision_bench.py --keep-lab
+  run code-cache   python bench/mitogen_code_cache.py -n 5
   run stage-lab    python bench/stage_bench.py --lab
   run status       python bench/status_bench.py -i inventory/lab -n 5
   run up-overhead  python bench/up_overhead.py -i inventory/lab -n 3

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import configparser
+import os
 import subprocess
 import sys
 import textwrap
@@ -206,3 +207,111 @@ def test_every_role_carries_the_same_module_utils_package() -> None:
     assert len(trees) > 1 and len({tuple(t) for t in trees.values()}) == 1, trees
     texts = {(d / "__init__.py").read_text() for d in REPO.glob("roles/*/module_utils/sparkctl")}
     assert len(texts) == 1
+
+
+# --- Mitogen's module scan: compiled code kept across runs ----------------------------------------
+
+
+def test_compiled_code_is_kept_across_runs_and_read_back_alike(tmp_path: Path) -> None:
+    plugin: Any = _plugin_module()
+    calls: list[str] = []
+
+    def counting(source: Any, filename: str, mode: str) -> Any:
+        calls.append(filename)
+        return compile(source, filename, mode)
+
+    source = b"import os\nfrom ansible.module_utils.basic import AnsibleModule\n"
+    first = plugin.cached_compile(str(tmp_path / "cache"), counting)
+    code = first(source, "ansible_module_x", "exec")
+    assert first(source, "ansible_module_x", "exec") is code and calls == ["ansible_module_x"]
+    kept = list((tmp_path / "cache").iterdir())
+    assert len(kept) == 1 and kept[0].stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
+
+    # Another run (a fresh process: nothing in memory) reads it back without compiling.
+    again = plugin.cached_compile(str(tmp_path / "cache"), counting)(source, "ansible_module_x", "exec")
+    assert calls == ["ansible_module_x"]
+    assert (again.co_code, again.co_names) == (code.co_code, code.co_names)
+    assert again.co_filename == "ansible_module_x"
+
+    # Another source, or the same source under another name, is compiled anew.
+    other = plugin.cached_compile(str(tmp_path / "cache"), counting)
+    other(source + b"import sys\n", "ansible_module_x", "exec")
+    other(source, "ansible_module_y", "exec")
+    assert calls == ["ansible_module_x", "ansible_module_x", "ansible_module_y"]
+    assert len(list((tmp_path / "cache").iterdir())) == 3
+
+
+def test_a_damaged_or_unwritable_cache_only_costs_the_compile(tmp_path: Path) -> None:
+    plugin: Any = _plugin_module()
+    source = "import json\n"
+    directory = tmp_path / "cache"
+    plugin.cached_compile(str(directory))(source, "m", "exec")
+    (kept,) = directory.iterdir()
+    kept.write_bytes(b"\x00not marshal")  # cut short or overwritten
+    code = plugin.cached_compile(str(directory))(source, "m", "exec")
+    assert code.co_names == compile(source, "m", "exec").co_names
+    assert kept.read_bytes() != b"\x00not marshal"  # written again, whole
+
+    blocked = tmp_path / "file-not-dir"
+    blocked.write_text("")
+    code = plugin.cached_compile(str(blocked / "cache"))(source, "m", "exec")
+    assert code.co_names == ("json",)
+
+
+def test_the_cache_directory_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    plugin: Any = _plugin_module()
+    monkeypatch.delenv(plugin.CODE_CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert plugin.code_cache_dir() == str(tmp_path / "xdg" / "sparkctl" / "mitogen-code")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert plugin.code_cache_dir() == str(tmp_path / "home" / ".cache" / "sparkctl" / "mitogen-code")
+    monkeypatch.setenv(plugin.CODE_CACHE_ENV, str(tmp_path / "mine"))
+    assert plugin.code_cache_dir() == str(tmp_path / "mine")
+    monkeypatch.setenv(plugin.CODE_CACHE_ENV, "off")
+    assert plugin.code_cache_dir() is None
+
+
+@pytest.mark.parametrize("module", ["command", "copy", "systemd_service", "uri", "apt"])
+def test_mitogens_scan_finds_the_same_files_through_the_cache(module: str, tmp_path: Path) -> None:
+    """The scan is Mitogen's own; with the kept code it resolves exactly the files it resolves
+    without (a cold cache, then a warm one in a fresh memory)."""
+    pytest.importorskip("ansible_mitogen")
+    import ansible
+    import ansible_mitogen.module_finder as finder
+
+    plugin: Any = _plugin_module()
+    base = Path(ansible.__file__).parent
+    args = (f"ansible_module_{module}", str(base / "modules" / f"{module}.py"), (str(base / "module_utils"),))
+    saved = finder.__dict__.get("compile")
+    try:
+        finder.__dict__.pop("compile", None)
+        plain = finder.scan(*args)
+        for _ in range(2):
+            finder.compile = plugin.cached_compile(str(tmp_path / "cache"))  # type: ignore[attr-defined]
+            assert finder.scan(*args) == plain
+    finally:
+        finder.__dict__.pop("compile", None)
+        if saved is not None:
+            finder.compile = saved  # type: ignore[attr-defined]
+    assert len(plain) > 10 and any(path.endswith("module_utils/basic.py") for _, path, _ in plain)
+
+
+def test_the_plugin_puts_the_cache_under_mitogens_scan_once_or_not_at_all(tmp_path: Path) -> None:
+    pytest.importorskip("ansible_mitogen")
+    code = textwrap.dedent(f"""
+        import importlib.util, os, sys
+        def load():
+            spec = importlib.util.spec_from_file_location("p", {str(PLUGIN)!r})
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+        load(); load()
+        import ansible_mitogen.module_finder as f
+        c = f.__dict__.get("compile")
+        print(getattr(c, "sparkctl_cached", None), getattr(c, "sparkctl_compile", None) is compile)
+    """)
+    for setting, expected in ((str(tmp_path / "c"), "True True"), ("off", "None False")):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                              check=True, env={**os.environ, "SPARKCTL_MITOGEN_CODE_CACHE": setting})
+        assert proc.stdout.strip() == expected, proc.stderr

@@ -32,8 +32,6 @@ import httpx
 import pytest
 from support.groups_lab import GROUPS, ROUTER_UNIT, GroupsSite, ok
 
-from sparkctl.render.router import UNIT_FILE
-
 if TYPE_CHECKING:
     from conftest import Lab
 
@@ -226,22 +224,25 @@ def test_a_router_that_cannot_start_fails_its_start_with_its_journal(routed: Gro
     within the settle time (15 s here); only 5 journal lines are asked for, shown without the
     gateway's terminal colours.
 
-    The node's journald is held (SIGSTOP) from before the start until the second gateway runs, as a
+    The node's journald is held (SIGSTOP) from the unit's start until the second gateway runs, as a
     loaded node's journald falls behind: it then stores the first gateway's lines after the restart,
     under the second run's invocation ID, so the role must find them by that run's process."""
     squat = "sparkctl-test-port-squat"
     listening = f"ss -ltn | grep -q ':{PORT} '"
     substate = f"systemctl show -p SubState --value {ROUTER_UNIT}"
     journald = "systemctl show -p MainPID --value systemd-journald"
-    # journald is held once the unit file is there (the gateway starts after it is written): from
-    # the squatter's start when an earlier test installed the router, else once the role wrote it.
+    # journald is held as soon as the router's unit starts (systemd's invocation link appears before
+    # the gateway is exec'd), not before: an SSH login to a node whose journald is held can stall for
+    # minutes (160 s seen), and the playbook logs in first. After that it needs no new login.
+    started = f"/run/systemd/units/invocation:{ROUTER_UNIT}"
     hold = (f"python3 -m http.server {PORT} & pid=$!; j=$({journald}); trap \"kill -CONT $j\" EXIT; "
-            f"for i in $(seq 1500); do [ -e {UNIT_FILE} ] && break; sleep 0.2; done; kill -STOP $j; "
+            f"for i in $(seq 6000); do [ -L {started} ] && break; sleep 0.05; done; kill -STOP $j; "
             f"for i in $(seq 300); do "
             f"[ \"$({substate})\" = auto-restart ] && break; sleep 0.2; done; kill $pid; "
             f"for i in $(seq 150); do [ \"$({substate})\" = running ] && break; sleep 0.2; done; sleep 1")
     wait = f"for i in $(seq 50); do {listening} && break; sleep 0.2; done; {listening}"
-    routed.lab.ssh(ROUTER_NODE, f"systemd-run --unit {squat} sh -c '{hold}' && {wait}")
+    routed.lab.ssh(ROUTER_NODE, f"systemctl stop {ROUTER_UNIT} && systemd-run --unit {squat} sh -c '{hold}' "
+                                f"&& {wait}")
     try:
         env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_FORCE_COLOR": "0"}
         t0 = time.monotonic()

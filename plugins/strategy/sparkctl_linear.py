@@ -15,7 +15,9 @@ A loaded node's sshd may drop a new connection or send its banner late ("Connect
 during banner exchange", "kex_exchange_identification: ... Connection reset by peer"). Ansible's
 ssh connection tries such a connection again (ansible.cfg ``[ssh_connection] retries``); Mitogen's
 does not, so its connection step is wrapped here: the same failures are tried again, twice, after
-2 s and then 4 s. A refused connection, a changed host key or a refused login fail at once.
+2 s and then 4 s. A refused connection, a changed host key or a refused login fail at once. A
+``meta: reset_connection`` to a node that cannot answer (its path just cut) drops the connection
+with a warning instead of stopping the run (``reset_tolerant``).
 
 A task whose ``when`` is false for a host is skipped here, on the controller, without forking a
 worker for it: Ansible forks one worker process per task and host, skipped or not, and a worker of
@@ -53,6 +55,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import logging
 import marshal
 import os
 import tempfile
@@ -115,11 +118,54 @@ def retrying(connect: Callable[..., Any], sleep: Callable[[float], Any] = time.s
     return wrapper
 
 
+def reset_tolerant(reset: Callable[..., Any]) -> Callable[..., Any]:
+    """``reset`` (Mitogen's ``Connection.reset``, behind ``meta: reset_connection``) that outlives a
+    node that cannot answer. Mitogen forgets the connection, asks the node to shut it down and waits
+    30 s for the SSH process to end; a node whose path a change just cut (the armed netplan or
+    firewall apply) answers nothing, and the SSH client notices only after its keepalive (15 s x 3),
+    so Mitogen's wait ran out and the whole run stopped with "Unexpected Exception" instead of the
+    role's own outcome. The connection is already forgotten then: the next task connects anew."""
+
+    @functools.wraps(reset)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        import mitogen.core
+
+        try:
+            return reset(self, *args, **kwargs)
+        except mitogen.core.CallError as exc:
+            if not str(exc).startswith("mitogen.core.TimeoutError"):
+                raise
+            from ansible.utils.display import Display
+
+            host = getattr(getattr(self, "_play_context", None), "remote_addr", None) or "the node"
+            Display().warning(f"{host} did not answer the shutdown of its connection (its path may be "
+                              "cut); the connection is dropped and the next task connects anew")
+            return None
+
+    wrapper.sparkctl_reset_tolerant = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+class QuietResetTimeout(logging.Filter):
+    """Drops the traceback Mitogen's service pool logs (as an error) for a reset whose shutdown
+    wait ran out: ``reset_tolerant`` says it in one warning instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (type(exc).__name__ == "TimeoutError" and type(exc).__module__ == "mitogen.core"
+                    and record.args is not None and "reset" in record.args)
+
+
 if MITOGEN:
     from ansible_mitogen.connection import Connection as _MitogenConnection
 
     if not getattr(_MitogenConnection._connect_stack, "sparkctl_retrying", False):
         _MitogenConnection._connect_stack = retrying(_MitogenConnection._connect_stack)
+    if not getattr(_MitogenConnection.reset, "sparkctl_reset_tolerant", False):
+        _MitogenConnection.reset = reset_tolerant(_MitogenConnection.reset)
+    _service_log = logging.getLogger("mitogen.service")
+    if not any(isinstance(f, QuietResetTimeout) for f in _service_log.filters):
+        _service_log.addFilter(QuietResetTimeout())
 
 
 CODE_CACHE_ENV = "SPARKCTL_MITOGEN_CODE_CACHE"
@@ -305,5 +351,6 @@ class StrategyModule(BASE):  # type: ignore[misc,valid-type]
         Display().vvvv(f"sparkctl_linear: {host.name}: {how} without a worker: {task.get_name()}")
 
 
-__all__ = ["BASE", "CODE_CACHE_ENV", "CONTROLLER_ACTIONS", "MITOGEN", "StrategyModule", "cached_compile",
-           "code_cache_dir", "retrying", "runs_here", "skipped_here", "transient"]
+__all__ = ["BASE", "CODE_CACHE_ENV", "CONTROLLER_ACTIONS", "MITOGEN", "QuietResetTimeout", "StrategyModule",
+           "cached_compile", "code_cache_dir", "reset_tolerant", "retrying", "runs_here", "skipped_here",
+           "transient"]

@@ -114,6 +114,72 @@ def test_mitogens_connection_step_is_wrapped_once() -> None:
     assert not getattr(step.__wrapped__, "sparkctl_retrying", False)
 
 
+def test_a_reset_the_node_cannot_answer_drops_the_connection_with_a_warning(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`meta: reset_connection` right after a change cut the node's path (the armed netplan apply):
+    Mitogen's shutdown wait runs out (CallError carrying mitogen.core.TimeoutError) and used to stop
+    the whole run; now the run goes on (the next task connects anew) with a warning naming the
+    node. Any other failure of the reset still raises."""
+    pytest.importorskip("ansible_mitogen")
+    import mitogen.core
+    from ansible_mitogen.connection import Connection
+
+    plugin: Any = _plugin_module()
+    timeout = mitogen.core.CallError("mitogen.core.TimeoutError: None\n  File ...services.py, in reset")
+    other = mitogen.core.CallError("builtins.ValueError: a real problem")
+
+    class Conn:
+        _play_context = type("PC", (), {"remote_addr": "10.250.0.12"})()
+
+        def __init__(self, error: Exception | None) -> None:
+            self.error, self.calls = error, 0
+
+        def reset(self) -> str:
+            self.calls += 1
+            if self.error:
+                raise self.error
+            return "reset"
+
+    ok = Conn(None)
+    assert plugin.reset_tolerant(Conn.reset)(ok) == "reset" and ok.calls == 1
+    cut = Conn(timeout)
+    assert plugin.reset_tolerant(Conn.reset)(cut) is None and cut.calls == 1
+    assert "10.250.0.12 did not answer the shutdown of its connection" in capsys.readouterr().err
+    with pytest.raises(mitogen.core.CallError, match="ValueError"):
+        plugin.reset_tolerant(Conn.reset)(Conn(other))
+    # Installed on Mitogen's connection, once however often the plugin loads.
+    _plugin_module()
+    assert getattr(Connection.reset, "sparkctl_reset_tolerant", False)
+    assert not getattr(Connection.reset.__wrapped__, "sparkctl_reset_tolerant", False)
+
+
+def test_the_service_pools_traceback_of_that_reset_is_left_out_and_nothing_else() -> None:
+    pytest.importorskip("ansible_mitogen")
+    import logging
+
+    import mitogen.core
+
+    plugin: Any = _plugin_module()
+    _plugin_module()
+    log = logging.getLogger("mitogen.service")
+    assert sum(isinstance(f, plugin.QuietResetTimeout) for f in log.filters) == 1
+
+    def record(exc: BaseException, method: str) -> logging.LogRecord:
+        try:
+            raise exc
+        except BaseException:
+            import sys
+
+            return log.makeRecord("mitogen.service", logging.ERROR, __file__, 1,
+                                  "%r: while invoking %r of %r",
+                                  ("Pool", method, "ansible_mitogen.services.ContextService"), sys.exc_info())
+
+    quiet = plugin.QuietResetTimeout()
+    assert not quiet.filter(record(mitogen.core.TimeoutError(), "reset"))
+    assert quiet.filter(record(mitogen.core.TimeoutError(), "get"))
+    assert quiet.filter(record(ValueError("x"), "reset"))
+
+
 def test_ansible_cfg_gives_a_loaded_node_time_and_retries() -> None:
     cfg = configparser.ConfigParser(interpolation=None)
     cfg.read(REPO / "ansible.cfg")
